@@ -1,0 +1,22 @@
+"""The promises of CONTRACT.md, by number: the rows of every report."""
+
+from __future__ import annotations
+
+PROMISES: dict[str, str] = {
+    "1": "Shape and dtype",
+    "2": "Zeroed",
+    "3": "Mutable wherever they were made",
+    "4": "Two storages",
+    "5": "A true NumPy view",
+    "6": "The bfloat16 path",
+    "7": "No silent wrong views",
+    "8": "Partial copies",
+    "9": "In place, for life",
+    "10": "Devices",
+    "11": "pin_memory=True with no accelerator (implementation-defined)",
+}
+
+# Promise 11 is recorded, never judged: its verdict is what happened, not pass/fail.
+RECORDED_ONLY = frozenset({"11"})
+
+DEVICES = ("cpu", "cuda")
