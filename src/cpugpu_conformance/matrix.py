@@ -1,0 +1,421 @@
+"""matrix.yaml -> validated cells, refusing a bad file before anything is installed.
+
+    python -m cpugpu_conformance.matrix [PATH] [--json]
+
+prints the cells (or exits 2 with one line per problem, each naming the file and the key,
+e.g. ``matrix.yaml: torch[3].version: '2.x' is not a version like 2.13.0``).
+The noxfile and the CI workflow read the matrix only through ``load``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from cpugpu_conformance.promises import DEVICES
+
+DEFAULT_PATH = Path("matrix.yaml")
+EXIT_INVALID = 2
+HYPOTHESIS_PROFILES = ("default", "ci", "thorough")
+DEFAULT_TIME_LIMIT_S = 600.0
+RELEASE_RE = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+
+# "x-expect" is ours: what a value should look like, for errors a person can act on.
+_release = {"type": "string", "pattern": RELEASE_RE, "x-expect": "a version like 2.13.0"}
+_seconds = {"type": "number", "exclusiveMinimum": 0, "x-expect": "a number of seconds above 0"}
+_device = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["runner"],
+    "properties": {
+        "runner": {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ],
+            "x-expect": "a CI runner label or a list of labels",
+        }
+    },
+}
+_torch_entry = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["version"],
+    "properties": {
+        "version": _release,
+        "numpy": {"type": "string", "minLength": 1},
+        "extra_packages": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "build": {"type": "string", "pattern": r"^[A-Za-z0-9.]+$", "x-expect": "a local version label like cu121 or cpu"},
+        "time_limit_s": _seconds,
+    },
+}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["python", "torch", "baseline", "candidates"],
+    "properties": {
+        "python": {"type": "string", "pattern": r"^3\.[0-9]+$", "x-expect": "a Python version like 3.11"},
+        "devices": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {name: _device for name in DEVICES},
+        },
+        "hypothesis_profile": {"enum": list(HYPOTHESIS_PROFILES)},
+        "time_limit_s": _seconds,
+        "index_url": {
+            "type": ["string", "null"],
+            "pattern": r"^(https?|file)://\S+$",
+            "x-expect": "an http(s):// or file:// URL",
+        },
+        "baseline": _release,
+        "candidates": {"type": "array", "items": _release, "minItems": 1},
+        "torch": {"type": "array", "items": _torch_entry, "minItems": 1},
+    },
+}
+
+
+class MatrixError(Exception):
+    """matrix.yaml is unusable; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    numpy: str | None = None
+    extra_packages: tuple[str, ...] = ()
+    build: str | None = None
+    time_limit_s: float | None = None
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return release_key(self.version)
+
+    def requirements(self) -> list[str]:
+        """What to install for this release, torch first."""
+        return [f"torch=={self.version}", f"numpy{self.numpy or ''}", *self.extra_packages]
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    runner: str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    release: Release
+    device: Device
+    time_limit_s: float
+
+    @property
+    def torch(self) -> str:
+        return self.release.version
+
+    @property
+    def name(self) -> str:
+        """Also the result file's stem: results/<name>.json."""
+        return cell_name(self.torch, self.device.name)
+
+    @property
+    def tag(self) -> str:
+        return f"torch-{self.torch}"
+
+    @property
+    def session(self) -> str:
+        """The nox session that runs this cell, exactly as `nox -l` names it."""
+        return f"conformance(torch={self.torch!r}, device={self.device.name!r})"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    python: str
+    devices: tuple[Device, ...]
+    hypothesis_profile: str
+    time_limit_s: float
+    index_url: str | None
+    baseline: str
+    candidates: tuple[str, ...]
+    releases: tuple[Release, ...]
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [
+            Cell(release, device, release.time_limit_s or self.time_limit_s)
+            for release in self.releases
+            for device in self.devices
+        ]
+
+    def cell(self, torch: str, device: str) -> Cell:
+        for cell in self.cells:
+            if cell.torch == torch and cell.device.name == device:
+                return cell
+        raise KeyError(f"{self.path}: no cell for torch {torch} on {device}")
+
+    def release(self, version: str) -> Release:
+        """The matrix entry for a release, or the default pairing for one not listed (bisect)."""
+        for release in self.releases:
+            if release.key == release_key(version):
+                return release
+        return default_release(version)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "python": self.python,
+            "hypothesis_profile": self.hypothesis_profile,
+            "time_limit_s": self.time_limit_s,
+            "index_url": self.index_url,
+            "baseline": self.baseline,
+            "candidates": list(self.candidates),
+            "devices": {d.name: {"runner": d.runner} for d in self.devices},
+            "cells": [
+                {
+                    "name": c.name,
+                    "session": c.session,
+                    "tag": c.tag,
+                    "torch": c.torch,
+                    "device": c.device.name,
+                    "runner": c.device.runner,
+                    "requirements": c.release.requirements(),
+                    "build": c.release.build,
+                    "time_limit_s": c.time_limit_s,
+                    "result": f"results/{c.name}.json",
+                }
+                for c in self.cells
+            ],
+        }
+
+
+def cell_name(torch: str, device: str) -> str:
+    return f"torch-{torch}-{device}"
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def default_release(version: str) -> Release:
+    """How to pair a release that matrix.yaml does not list (CONTRACT.md, measured facts)."""
+    key = release_key(version)
+    return Release(
+        version=version,
+        numpy="<2" if key < (2, 3) else None,  # built against NumPy 1
+        extra_packages=("setuptools",) if key < (2, 2) else (),  # torch._dynamo imports it
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; a matrix with two `baseline:` is a mistake."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load(path: str | Path = DEFAULT_PATH) -> Matrix:
+    """Read and validate matrix.yaml; raise MatrixError naming the file and each bad key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError([f"{path}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MatrixError([f"{path}: cannot read: {exc}"]) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise MatrixError([f"{path}{where}: not valid YAML: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise MatrixError([f"{path}: expected a mapping of keys ({', '.join(SCHEMA['properties'])}), got {_kind(data)}"])
+
+    errors = jsonschema.Draft202012Validator(SCHEMA).iter_errors(data)
+    problems = [f"{path}: {line}" for err in errors for line in _describe(err)]
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)))
+    problems = [f"{path}: {line}" for line in _semantic_problems(data)]
+    if problems:
+        raise MatrixError(problems)
+    return _build(path, data)
+
+
+def _semantic_problems(data: dict[str, Any]) -> list[str]:
+    """What the schema cannot say: duplicates, specifiers, and references to listed releases."""
+    problems = []
+    listed: dict[tuple[int, ...], int] = {}
+    for i, entry in enumerate(data["torch"]):
+        key = release_key(entry["version"])
+        if key in listed:
+            problems.append(f"torch[{i}].version: duplicate cell: {entry['version']!r} is already torch[{listed[key]}]")
+        listed.setdefault(key, i)
+        if "numpy" in entry:
+            spec = entry["numpy"]
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                problems.append(f"torch[{i}].numpy: {spec!r} is not a version requirement like '<2' or '==1.26.4'")
+        for j, pkg in enumerate(entry.get("extra_packages", [])):
+            try:
+                name = canonicalize_name(Requirement(pkg).name)
+            except InvalidRequirement:
+                name = None
+            if name in (None, "torch", "numpy"):
+                problems.append(f"torch[{i}].extra_packages[{j}]: {pkg!r} is not an extra requirement (torch and numpy have their own keys)")
+    for key, value in [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]:
+        if release_key(value) not in listed:
+            problems.append(f"{key}: {value!r} is not one of the torch releases listed")
+    seen: dict[str, int] = {}
+    for i, value in enumerate(data["candidates"]):
+        if value == data["baseline"]:
+            problems.append(f"candidates[{i}]: {value!r} is the baseline")
+        elif value in seen:
+            problems.append(f"candidates[{i}]: duplicate: {value!r} is already candidates[{seen[value]}]")
+        seen.setdefault(value, i)
+    return problems
+
+
+def _build(path: Path, data: dict[str, Any]) -> Matrix:
+    devices = data.get("devices") or {"cpu": {"runner": "ubuntu-latest"}}
+    return Matrix(
+        path=path,
+        python=data["python"],
+        devices=tuple(
+            Device(name, runner if isinstance(runner := spec["runner"], str) else tuple(runner))
+            for name, spec in devices.items()
+        ),
+        hypothesis_profile=data.get("hypothesis_profile", "ci"),
+        time_limit_s=float(data.get("time_limit_s", DEFAULT_TIME_LIMIT_S)),
+        index_url=data.get("index_url"),
+        baseline=data["baseline"],
+        candidates=tuple(data["candidates"]),
+        releases=tuple(
+            Release(
+                version=e["version"],
+                numpy=e.get("numpy"),
+                extra_packages=tuple(e.get("extra_packages", ())),
+                build=e.get("build"),
+                time_limit_s=float(e["time_limit_s"]) if "time_limit_s" in e else None,
+            )
+            for e in data["torch"]
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- messages
+
+_JSON_TYPES = {"string": "a string", "number": "a number", "integer": "an integer", "array": "a list",
+               "object": "a mapping", "boolean": "true/false", "null": "null"}
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _where(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(err: jsonschema.ValidationError) -> list[str]:
+    where = _where(err.absolute_path)
+    value, schema = err.instance, err.schema
+    if err.validator == "additionalProperties":
+        allowed = ", ".join(schema.get("properties", {}))
+        extra = [k for k in value if k not in schema.get("properties", {})]
+        return [f"{_where([*err.absolute_path, k])}: unknown key (expected one of: {allowed})" for k in extra]
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in value]
+        return [f"{_where([*err.absolute_path, k])}: missing" for k in missing]
+    if err.validator == "type":
+        wanted = " or ".join(_JSON_TYPES[t] for t in ([err.validator_value] if isinstance(err.validator_value, str) else err.validator_value))
+        hint = ""
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and "pattern" in schema:
+            hint = '; quote it ("2.10.0" unquoted reads as a number)'
+        return [f"{where}: expected {wanted}, got {value!r} ({_kind(value)}){hint}"]
+    if err.validator == "enum":
+        return [f"{where}: {value!r} is not one of {', '.join(map(str, err.validator_value))}"]
+    if err.validator in ("minItems", "minProperties"):
+        return [f"{where}: must not be empty"]
+    if "x-expect" in schema:
+        return [f"{where}: {value!r} is not {schema['x-expect']}"]
+    return [f"{where}: {err.message}"]
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def _print_cells(matrix: Matrix) -> None:
+    index = matrix.index_url or "the default index (PyPI)"
+    print(f"{matrix.path}: {len(matrix.releases)} releases x {len(matrix.devices)} device(s) = "
+          f"{len(matrix.cells)} cells; python {matrix.python}, profile {matrix.hypothesis_profile}, "
+          f"torch from {index}")
+    print(f"baseline {matrix.baseline}; candidates {', '.join(matrix.candidates)}")
+    for c in matrix.cells:
+        runner = c.device.runner if isinstance(c.device.runner, str) else ",".join(c.device.runner)
+        print(f"  {c.name:<22} {' '.join(c.release.requirements()):<40} limit {c.time_limit_s:g} s  runner {runner}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cpugpu_conformance.matrix", description=__doc__.splitlines()[0])
+    parser.add_argument("path", nargs="?", default=str(DEFAULT_PATH), help="matrix file (default: matrix.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the validated matrix and its cells as JSON")
+    args = parser.parse_args(argv)
+    try:
+        matrix = load(args.path)
+    except MatrixError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps(matrix.as_json(), indent=2))
+    else:
+        _print_cells(matrix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
