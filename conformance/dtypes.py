@@ -1,0 +1,99 @@
+"""What the *installed* torch can do with each of its dtypes, probed once per process.
+
+The suite draws dtypes from here rather than from a fixed list, so a dtype that a new
+torch release adds is covered the day that release is tested.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DtypeInfo:
+    dtype: torch.dtype
+    name: str  # "float32", without the "torch." prefix
+    numpy: str | None  # NumPy dtype name of .numpy(), None when torch refuses
+    byte_addressable: bool  # element is whole bytes, so a uint8 view can read and write it
+    copyable: bool  # copy_ into another tensor of the dtype works
+    fillable: bool  # fill_ / index assignment work
+    zeros_empty: bool  # torch.zeros can make a zero-size tensor (it cannot for bits and sub-byte kinds)
+
+    def __repr__(self) -> str:  # hypothesis prints draws: "torch.float32" reads better than the fields
+        return str(self.dtype)
+
+
+def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
+    name = str(dtype).removeprefix("torch.")
+    try:
+        t = torch.zeros(2, dtype=dtype, device=device)
+    except Exception:  # quantized dtypes cannot even be made with zeros
+        return None
+    try:
+        numpy_name: str | None = t.cpu().numpy().dtype.name
+    except Exception:
+        numpy_name = None
+    try:
+        t.view(torch.uint8)
+        byte_addressable = True
+    except Exception:
+        byte_addressable = False
+    try:
+        torch.zeros(2, dtype=dtype, device=device).copy_(t)
+        torch.zeros(2, dtype=dtype).copy_(t)  # and across devices
+        copyable = True
+    except Exception:
+        copyable = False
+    try:
+        t.fill_(1)
+        t[0] = 0
+        fillable = True
+    except Exception:
+        fillable = False
+    try:
+        torch.zeros(0, dtype=dtype, device=device)
+        zeros_empty = True
+    except Exception:
+        zeros_empty = False
+    return DtypeInfo(dtype, name, numpy_name, byte_addressable, copyable, fillable, zeros_empty)
+
+
+@functools.lru_cache(maxsize=None)
+def all_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
+    """Every dtype the running torch exposes and can allocate with torch.zeros on `device`, by name."""
+    found = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental/deprecated dtypes warn on creation
+        infos = [_probe(d, device) for d in sorted(found, key=str)]
+    return tuple(i for i in infos if i is not None)
+
+
+def by_name(name: str, device: str = "cpu") -> DtypeInfo:
+    for info in all_dtypes(device):
+        if info.name == name:
+            return info
+    raise KeyError(name)
+
+
+def numpy_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
+    """Dtypes NumPy can represent: promise 5 applies."""
+    return tuple(i for i in all_dtypes(device) if i.numpy is not None)
+
+
+def non_numpy_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
+    """Dtypes NumPy cannot represent, bfloat16 included: promises 6 and 7 apply."""
+    return tuple(i for i in all_dtypes(device) if i.numpy is None)
+
+
+def byte_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
+    """Dtypes whose contents can be written and compared through a uint8 view, and copied."""
+    return tuple(i for i in all_dtypes(device) if i.byte_addressable and i.copyable)
+
+
+def fillable_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
+    """Dtypes that take fill_ and index assignment: the in-place ops promise 3 exercises."""
+    return tuple(i for i in all_dtypes(device) if i.fillable)

@@ -1,0 +1,118 @@
+"""Scenarios that run as source code, so every failure comes with a standalone reproducer.
+
+A test builds a `Scenario`, binds its drawn values, and runs each step as a snippet of
+Python. The suite executes exactly those snippets, and the reproducer is their
+concatenation: what a user pastes into a bug report is what failed. Hypothesis replays
+the minimal failing example last, so the script recorded at a failure is the shrunk one.
+"""
+
+from __future__ import annotations
+
+import linecache
+import textwrap
+from typing import Any
+
+import numpy as np
+import torch
+
+_state: dict[str, Any] = {
+    "script": None,
+    "observed": None,
+    "impl_import": "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n",
+}
+
+CONSTRUCT = "Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)"
+
+
+def set_impl_import(code: str) -> None:
+    _state["impl_import"] = code
+
+
+def reset() -> None:
+    _state["script"] = None
+    _state["observed"] = None
+
+
+def take() -> str | None:
+    return _state["script"]
+
+
+def observe(text: str) -> None:
+    """What an implementation-defined promise (11) did, for the result file."""
+    _state["observed"] = text
+
+
+def take_observed() -> str | None:
+    text, _state["observed"] = _state["observed"], None
+    return text
+
+
+def literal(value: Any) -> str:
+    """Source that evaluates to `value`, for the values scenarios bind."""
+    if isinstance(value, torch.dtype):
+        return str(value)  # "torch.float32"
+    if isinstance(value, np.ndarray):
+        return f"np.array({value.tolist()!r}, dtype=np.{value.dtype.name})"
+    return repr(value)
+
+
+_compiled: dict[str, Any] = {}
+
+
+def _compile(code: str) -> Any:
+    """Compile once per distinct snippet, under a filename tracebacks can show the source of."""
+    if code not in _compiled:
+        filename = f"<conformance snippet {len(_compiled)}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        _compiled[code] = compile(code, filename, "exec")
+    return _compiled[code]
+
+
+class Scenario:
+    """One example: named values, then steps, each run as source and kept for the reproducer."""
+
+    def __init__(self, Buffer: Any, promise: str, title: str, device: str, **values: Any) -> None:
+        self.header = (
+            f"# Reproducer: CpuGpuBuffer promise {promise} ({title}), device {device}.\n"
+            f"# Smallest failing example cpugpu-conformance found, with torch {torch.__version__}.\n"
+            + ("# Needs a CUDA device.\n" if device == "cuda" else "")
+            + "# Run: python reproducer.py  (an exception or a failed assert is the bug)\n"
+            "import numpy as np\nimport torch\n\n" + _state["impl_import"] + "\n"
+        )
+        self.steps: list[str] = []
+        self.ns: dict[str, Any] = {"torch": torch, "np": np, "Buffer": Buffer, "__name__": "__reproducer__"}
+        self.bind(device=device, **values)
+
+    def bind(self, **values: Any) -> None:
+        self.steps.append("".join(f"{k} = {literal(v)}\n" for k, v in values.items()))
+        self.ns.update(values)
+        self._record()
+
+    def run(self, code: str) -> Any:
+        """Run a snippet in the scenario's namespace; returns the namespace for reading results."""
+        code = textwrap.dedent(code).strip("\n") + "\n"
+        self.steps.append(code)
+        self._record()
+        exec(_compile(code), self.ns)
+        return self.ns
+
+    def check(self, code: str, **values: Any) -> Any:
+        """Like run, but the snippet (and its values) appear in the reproducer only while it is the
+        last thing run: a state machine checks its invariant after every step, and a reproducer
+        needs only the check that failed."""
+        code = textwrap.dedent(code).strip("\n") + "\n"
+        bound = "".join(f"{k} = {literal(v)}\n" for k, v in values.items())
+        self.ns.update(values)
+        self._record(extra=bound + code)
+        exec(_compile(code), self.ns)
+        return self.ns
+
+    def script(self, extra: str = "") -> str:
+        steps = self.steps + ([extra] if extra else [])
+        return self.header + "\n".join(steps) + '\nprint("ok: the promise held")\n'
+
+    def _record(self, extra: str = "") -> None:
+        _state["script"] = self.script(extra)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.ns[name]

@@ -1,0 +1,45 @@
+"""Drawing one buffer scenario: dtype, size, flags and construction context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from conformance import strategies as s
+from conformance.contexts import PLAIN
+from cpugpu_conformance.promises import PROMISES as TITLES
+from conformance.repro import Scenario
+from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+
+
+def build(
+    Buffer: Any,
+    promise: str,
+    device: str,
+    data: st.DataObject,
+    dtypes: st.SearchStrategy,
+    *,
+    contexts: bool = False,
+    nonempty: bool = False,
+    with_numpy: bool | None = None,
+    pin_memory: bool | None = None,
+    construct: bool = True,
+) -> Scenario:
+    """Draw a scenario and (unless construct=False) build `buf` in it."""
+    info = data.draw(dtypes, label="dtype")
+    ctx = data.draw(s.contexts, label="context") if contexts else PLAIN
+    sc = Scenario(
+        Buffer,
+        promise,
+        TITLES[promise],
+        device,
+        size=data.draw(s.sizes_for(info, nonempty=nonempty), label="size"),
+        dtype=info.dtype,
+        pin_memory=data.draw(s.pin_memory_for(device), label="pin_memory") if pin_memory is None else pin_memory,
+        with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy") if with_numpy is None else with_numpy,
+    )
+    sc.run(BYTE_HELPERS)
+    if construct:
+        sc.run(ctx.code(CONSTRUCT))
+    return sc

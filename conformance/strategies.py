@@ -1,0 +1,64 @@
+"""Hypothesis strategies for the suite: sizes, dtypes of the installed torch, contexts, slice ends."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from conformance import dtypes
+from conformance.contexts import CONTEXTS
+
+# 1 to 3 dimensions; zero-length dimensions are part of the contract (promise 1).
+sizes = st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple)
+# At least one element, for checks that need something to write.
+nonempty_sizes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
+
+contexts = st.sampled_from(CONTEXTS)
+
+
+def _names(infos: tuple[dtypes.DtypeInfo, ...]) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    if not infos:
+        return st.nothing()
+    return st.sampled_from(infos)
+
+
+def any_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.all_dtypes(device))
+
+
+def numpy_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.numpy_dtypes(device))
+
+
+def non_numpy_dtype(device: str, *, include_bfloat16: bool) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    infos = tuple(
+        i for i in dtypes.non_numpy_dtypes(device) if include_bfloat16 or i.name != "bfloat16"
+    )
+    return _names(infos)
+
+
+def byte_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.byte_dtypes(device))
+
+
+def fillable_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.fillable_dtypes(device))
+
+
+def with_numpy_for(info: dtypes.DtypeInfo) -> st.SearchStrategy[bool]:
+    """with_numpy=True is only a valid request for dtypes NumPy can represent."""
+    return st.booleans() if info.numpy is not None else st.just(False)
+
+
+def pin_memory_for(device: str) -> st.SearchStrategy[bool]:
+    """pin_memory=True off CUDA is implementation-defined (promise 11): only drawn on CUDA."""
+    return st.booleans() if device == "cuda" else st.just(False)
+
+
+def slice_end(length: int) -> st.SearchStrategy[int | None]:
+    """`n` for copy_to_gpu/copy_to_cpu: None, 0..len, beyond len, and negative (slice semantics)."""
+    return st.one_of(st.none(), st.integers(-length - 2, length + 3))
+
+
+def sizes_for(info: dtypes.DtypeInfo, *, nonempty: bool = False) -> st.SearchStrategy[tuple[int, ...]]:
+    """Sizes torch itself can allocate for the dtype: bits and sub-byte kinds fail on zero size."""
+    return nonempty_sizes if nonempty or not info.zeros_empty else sizes

@@ -1,0 +1,68 @@
+"""Promises 10 and 11: CUDA specifics, and pin_memory=True without an accelerator (recorded)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance import repro
+from conformance import strategies as s
+from conformance.repro import Scenario
+from conformance.scenarios import build
+from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+
+
+@pytest.mark.promise("10")
+@given(data=st.data())
+def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, device, data):
+    if device != "cuda":
+        pytest.skip("promise 10 is about CUDA devices")
+    sc = build(Buffer, "10", device, data, s.byte_dtype(device), contexts=True, nonempty=True)
+    sc.run(
+        """
+        if pin_memory:
+            assert buf.cpu.is_pinned(), "pin_memory=True, yet buf.cpu is not in pinned memory"
+        fill_bytes(buf.cpu, seed=1)
+        sent = raw(buf.cpu)
+        buf.copy_to_gpu()
+        torch.cuda.synchronize()
+        assert (raw(buf.gpu) == sent).all(), "after copy_to_gpu and a synchronize, buf.gpu lacks the data"
+        fill_bytes(buf.gpu, seed=2)
+        torch.cuda.synchronize()
+        expected = raw(buf.gpu)
+        buf.copy_to_cpu()
+        torch.cuda.synchronize()
+        assert (raw(buf.cpu) == expected).all(), "after copy_to_cpu and a synchronize, buf.cpu lacks the data"
+        """
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:120]}" if text else type(exc).__name__
+
+
+@pytest.mark.promise("11")
+@pytest.mark.parametrize("size", [(4,), (0,)], ids=["nonempty", "zero-size"])
+def test_pin_memory_on_cpu_is_recorded(Buffer, device, size):
+    """Either outcome is allowed; a buffer that is made must still be a valid buffer."""
+    if device != "cpu":
+        pytest.skip("promise 11 is about pin_memory=True with a CPU device")
+    sc = Scenario(Buffer, "11", "pin_memory=True with no accelerator", device, size=size, dtype=torch.float32, pin_memory=True, with_numpy=True)
+    sc.run(BYTE_HELPERS)
+    try:
+        sc.run(f"buf = {CONSTRUCT}")
+    except Exception as exc:  # torch refusing the hint is allowed (promise 11)
+        repro.observe(f"size {size}: raises {_first_line(exc)}")
+        return
+    sc.run(
+        """
+        assert tuple(buf.cpu.shape) == size and tuple(buf.gpu.shape) == size
+        assert not raw(buf.cpu).any() and not raw(buf.gpu).any(), "the buffer is not zeroed"
+        pinned = buf.cpu.is_pinned()
+        """
+    )
+    accel = "accelerator present" if torch.cuda.is_available() else "no accelerator"
+    repro.observe(f"size {size}: accepted ({accel}), cpu.is_pinned()={sc['pinned']}")

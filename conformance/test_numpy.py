@@ -1,0 +1,100 @@
+"""Promises 5, 6 and 7: a true NumPy view, the bfloat16 path, no silent wrong views."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance import strategies as s
+from conformance.scenarios import build
+from conformance.snippets import CONSTRUCT
+
+NP_FILL = '''
+def np_fill(a, seed):
+    """Overwrite every byte of the array in place, through NumPy."""
+    view = a.reshape(-1).view(np.uint8)
+    pattern = (np.arange(view.size, dtype=np.int64) * 13 + seed * 17 + 3) % 251 + 1
+    view[:] = pattern % 2 if a.dtype == np.bool_ else pattern
+'''
+
+
+@pytest.mark.promise("5")
+@given(data=st.data())
+def test_numpy_view_shares_memory(Buffer, device, data):
+    sc = build(Buffer, "5", device, data, s.numpy_dtype(device), with_numpy=True)
+    sc.run(NP_FILL)
+    sc.run(
+        """
+        expected = torch.zeros(1, dtype=dtype).numpy().dtype
+        assert isinstance(buf.np, np.ndarray), f"buf.np is a {type(buf.np).__name__}, not a NumPy array"
+        assert buf.np.shape == size, f"buf.np.shape is {buf.np.shape}, expected {size}"
+        assert buf.np.dtype == expected, f"buf.np.dtype is {buf.np.dtype}, expected {expected} for {dtype}"
+        assert buf.np.flags.writeable, "buf.np is read-only"
+
+        def np_bytes():
+            return buf.np.reshape(-1).view(np.uint8).reshape(*size, buf.np.itemsize)
+
+        np_fill(buf.np, seed=1)  # NumPy -> torch
+        assert (raw(buf.cpu) == np_bytes()).all(), "a write through buf.np is not seen by buf.cpu"
+        buf.copy_to_gpu()
+        sync()
+        assert (raw(buf.gpu) == np_bytes()).all(), "copy_to_gpu did not carry a write made through buf.np"
+        fill_bytes(buf.cpu, seed=2)  # torch -> NumPy
+        assert (np_bytes() == raw(buf.cpu)).all(), "a write to buf.cpu is not seen through buf.np"
+        """
+    )
+
+
+@pytest.mark.promise("6")
+@given(data=st.data())
+def test_bfloat16_with_numpy_raises_value_error(Buffer, device, data):
+    if not hasattr(__import__("torch"), "bfloat16"):
+        pytest.skip("this torch has no bfloat16")
+    from conformance import dtypes
+
+    sc = build(Buffer, "6", device, data, st.just(dtypes.by_name("bfloat16", device)), with_numpy=True, construct=False)
+    sc.run(
+        f"""
+        try:
+            buf = {CONSTRUCT}
+        except ValueError as exc:
+            assert "with_numpy" in str(exc), f"the ValueError does not tell the caller to pass with_numpy=False: {{exc}}"
+        else:
+            raise AssertionError("with_numpy=True with bfloat16 returned a buffer instead of raising ValueError")
+        """
+    )
+
+
+@pytest.mark.promise("6")
+@given(data=st.data())
+def test_without_numpy_every_dtype_works(Buffer, device, data):
+    sc = build(Buffer, "6", device, data, s.any_dtype(device), with_numpy=False)
+    sc.run(
+        """
+        assert buf.cpu.dtype == dtype and buf.gpu.dtype == dtype
+        assert not hasattr(buf, "np"), f"with_numpy=False, yet the buffer has an np attribute: {buf.np!r}"
+        """
+    )
+
+
+@pytest.mark.promise("7")
+@given(data=st.data())
+def test_no_silent_wrong_views(Buffer, device, data):
+    sc = build(
+        Buffer, "7", device, data, s.non_numpy_dtype(device, include_bfloat16=False), with_numpy=True, construct=False
+    )
+    sc.run(
+        f"""
+        try:
+            buf = {CONSTRUCT}
+        except Exception:
+            pass  # refusing is the promise; which exception is torch's business
+        else:
+            raise AssertionError(
+                f"with_numpy=True with {{dtype}}, which NumPy cannot represent, returned a buffer "
+                f"whose np is {{type(getattr(buf, 'np', None)).__name__}} "
+                f"of dtype {{getattr(getattr(buf, 'np', None), 'dtype', None)}} instead of raising"
+            )
+        """
+    )
