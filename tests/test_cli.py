@@ -1,0 +1,63 @@
+"""python -m cpugpu_conformance: subcommands, help, usage errors."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+import result_factory as rf
+from cpugpu_conformance import __main__ as cli
+
+
+def test_module_help_lists_the_subcommands():
+    # The one subprocess here: proves `python -m cpugpu_conformance` itself is wired up.
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpugpu_conformance", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "report" in proc.stdout and "gate" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_subcommand_help(command, capsys):
+    assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"usage: cpugpu-conformance {command}" in out
+
+
+def test_no_subcommand_is_a_usage_error(capsys):
+    assert cli.main([]) == 2
+    assert "report" in capsys.readouterr().err
+
+
+def test_unknown_subcommand_is_a_usage_error(capsys):
+    assert cli.main(["publish"]) == 2
+    assert "invalid choice: 'publish'" in capsys.readouterr().err
+
+
+def test_gate_needs_both_files(tmp_path, capsys):
+    path = rf.write(tmp_path, "b.json", rf.completed("2.14.1"))
+    assert cli.main(["gate", "--baseline", str(path)]) == 2
+    assert "--candidate" in capsys.readouterr().err
+
+
+def test_report_needs_a_results_dir(capsys):
+    assert cli.main(["report"]) == 2
+    assert "RESULTS_DIR" in capsys.readouterr().err
+
+
+def test_every_subcommand_module_has_the_interface():
+    # Others add subcommands by listing a module; this is what the parser relies on.
+    for name, module in cli.SUBCOMMANDS.items():
+        assert isinstance(module.HELP, str) and module.HELP, name
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        assert callable(module.run), name
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"cpugpu-conformance {cli.__version__}"

@@ -1,0 +1,328 @@
+"""report: result files -> compat.json, COMPAT.md, index.html."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import result_factory as rf
+from cpugpu_conformance import report
+from cpugpu_conformance.__main__ import main
+from cpugpu_conformance.promises import PROMISES
+
+REPRODUCER = 'import torch\nprint("<script>alert(1)</script> | pipe")\n'
+OBSERVED_11 = "RuntimeError: accelerator | none\nsecond line <b>"
+NOT_VERDICTS = ("crashed", "timed_out", "not_installed", "wrong_torch", "error")
+
+
+# Module-scoped: building and rendering the matrix once keeps the file fast; tests only read it.
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("results")
+    rf.write(d, "torch-2.13.0.json", rf.completed("2.13.0"))
+    changed = dict(rf.BASE_OBSERVATIONS, **{"inference_tensor.is_inference": {"value": False}})
+    rf.write(
+        d,
+        "torch-2.14.1.json",
+        rf.completed(
+            "2.14.1",
+            cuda=True,
+            observations=changed,
+            observed_11=OBSERVED_11,
+            failed={("3", "cpu"): [rf.failure("test_mutable_after_inference", "AssertionError: tensor | refused", REPRODUCER)]},
+        ),
+    )
+    rf.write(d, "torch-2.15.0.json", rf.incomplete("2.15.0", "crashed", "collected 40 items\nFatal Python error: Aborted"))
+    rf.write(d, "torch-2.9.1.json", rf.incomplete("2.9.1", "not_installed", "No solution found when resolving: torch==2.9.1"))
+    rf.write(d, "torch-2.10.0.json", rf.incomplete("2.10.0", "timed_out", "cell ran past its 600 s limit"))
+    rf.write(d, "torch-2.11.0.json", rf.incomplete("2.11.0", "wrong_torch", "asked for 2.11.0, got 2.8.0"))
+    rf.write(d, "torch-2.12.0.json", rf.incomplete("2.12.0", "error", "pytest exited 4: bad --impl"))
+    rf.write(d, "torch-2.12.1.json", rf.completed("2.12.1", drop_promises=("4",)))
+    (d / "corrupt.json").write_text('{"schema": "cpugpu-conformance/cell-result", ', encoding="utf-8")
+    (d / "invalid.json").write_text(json.dumps({"schema": "something-else"}), encoding="utf-8")
+    (d / "notes.txt").write_text("not a result file, not *.json", encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def report_dir(results_dir: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "compat"
+    assert main(["report", str(results_dir), "--out", str(out)]) == 0
+    return out
+
+
+class Page(HTMLParser):
+    """Collects the tables of the page and checks that tags nest properly."""
+
+    VOID = {"meta", "br", "img", "hr", "input", "link", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tables: dict[str, list[list[tuple[str, dict[str, str], str]]]] = {}
+        self._table: str | None = None
+        self._row: list | None = None
+        self._cell: list | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = {k: v or "" for k, v in attrs}
+        if tag not in self.VOID:
+            self.stack.append(tag)
+        if tag == "table":
+            self._table = attrs.get("id", f"table{len(self.tables)}")
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self._row = []
+            self.tables[self._table].append(self._row)
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = [tag, attrs, ""]
+            self._row.append(self._cell)
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1] if self.stack else 'nothing'}")
+            return
+        self.stack.pop()
+        if tag in ("td", "th"):
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    assert page.errors == [] and page.stack == [], (page.errors, page.stack)
+    return page
+
+
+def matrix(page: Page) -> tuple[list[str], dict[str, dict[str, tuple[dict[str, str], str]]]]:
+    """(column labels, row title -> column label -> (attrs, text)) of the promise table."""
+    header, *rows = page.tables["matrix"]
+    labels = [text.strip() for _, _, text in header[1:]]
+    table = {}
+    for row in rows:
+        title = row[0][2].strip()
+        assert len(row) == len(header), f"row {title!r} has {len(row)} cells, header {len(header)}"
+        table[title] = {label: (attrs, text.strip()) for label, (_, attrs, text) in zip(labels, row[1:])}
+    return labels, table
+
+
+def test_writes_the_three_files_and_no_temporaries(report_dir: Path):
+    assert sorted(p.name for p in report_dir.iterdir()) == ["COMPAT.md", "compat.json", "index.html"]
+
+
+def test_compat_json_validates_against_its_schema_and_carries_every_cell(report_dir: Path):
+    data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
+    jsonschema.validate(data, report.COMPAT_SCHEMA)
+    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 1)
+    names = {c["cell"] for c in data["cells"]}
+    assert names == {f"torch-{v}" for v in ("2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")}
+    assert sorted(data["generated_from"]) == sorted(f"{n}.json" for n in names)
+    by_name = {c["cell"]: c for c in data["cells"]}
+    assert by_name["torch-2.14.1"]["environment"]["gpu_name"] == "NVIDIA H200"
+    failed = by_name["torch-2.14.1"]["promises"]["3"]["devices"]["cpu"]
+    assert failed["verdict"] == "failed" and failed["failures"][0]["reproducer"] == REPRODUCER
+    assert by_name["torch-2.14.1"]["marks"]["3"]["cpu"]["mark"] == "failed"
+    assert by_name["torch-2.13.0"]["marks"]["1"]["cuda"]["mark"] == "skipped"
+    assert by_name["torch-2.12.1"]["marks"]["4"]["cpu"]["mark"] == "missing"
+
+
+def test_compat_json_schema_rejects_a_pass_mark_it_does_not_know(report_dir: Path):
+    data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
+    data["cells"][0]["marks"]["1"]["cpu"]["mark"] = "ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, report.COMPAT_SCHEMA)
+
+
+def test_corrupt_and_invalid_files_are_named_not_fatal(results_dir: Path, tmp_path: Path, capsys):
+    out = tmp_path / "out"
+    assert main(["report", str(results_dir), "--out", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 2
+    assert any("corrupt.json" in w and "not JSON" in w for w in warnings)
+    assert any("invalid.json" in w and "not a valid cell result" in w for w in warnings)
+    data = json.loads((out / "compat.json").read_text(encoding="utf-8"))
+    assert {s["file"] for s in data["skipped_files"]} == {"corrupt.json", "invalid.json"}
+    assert "corrupt.json" in (out / "index.html").read_text(encoding="utf-8")
+    assert "corrupt.json" in (out / "COMPAT.md").read_text(encoding="utf-8")
+
+
+def test_html_is_self_contained(report_dir: Path):
+    html = (report_dir / "index.html").read_text(encoding="utf-8")
+    lowered = html.lower()
+    for external in ("<link", "src=", "<script", "@import", "url(", "http://", "https://"):
+        assert external not in lowered, external
+
+
+def test_html_escapes_result_text(report_dir: Path):
+    html = (report_dir / "index.html").read_text(encoding="utf-8")
+    assert "<script>" not in html and "<b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    page = parse(html)
+    # The reproducer survives verbatim once unescaped, so it can be pasted into a bug report.
+    assert REPRODUCER.strip() in html.replace("&lt;", "<").replace("&gt;", ">").replace("&#34;", '"')
+    assert {"matrix", "observations", "legend-table", "environments-table"} <= set(page.tables)
+
+
+def test_html_matrix_has_one_column_per_cell_and_device_in_version_order(report_dir: Path):
+    labels, _ = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
+    releases = ["2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+    assert labels == [f"{r} {d}torch-{r}" for r in releases for d in ("cpu", "cuda")]
+
+
+def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: Path):
+    labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
+    assert len(table) == len(PROMISES)
+    words = {"crashed": "💥 crashed", "timed_out": "⏱ timed out", "not_installed": "📦 not installed",
+             "wrong_torch": "🚫 wrong torch", "error": "⚠️ error"}
+    release_of = {"crashed": "2.15.0", "timed_out": "2.10.0", "not_installed": "2.9.1", "wrong_torch": "2.11.0",
+                  "error": "2.12.0"}
+    for status, release in release_of.items():
+        cols = [label for label in labels if label.startswith(f"{release} ")]
+        assert len(cols) == 2
+        for row in table.values():
+            for col in cols:
+                attrs, text = row[col]
+                assert text == words[status]
+                assert f"m-{status}" in attrs["class"] and "pass" not in text
+    # and the reason is on hover
+    assert table["1. Shape and dtype"]["2.15.0 cputorch-2.15.0"][0]["title"] == "Fatal Python error: Aborted"
+
+
+def test_html_marks_pass_fail_skip_recorded_missing(report_dir: Path):
+    _, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
+    row3 = table["3. Mutable wherever they were made"]
+    assert row3["2.13.0 cputorch-2.13.0"][1] == "✅ pass"
+    assert row3["2.14.1 cputorch-2.14.1"][1] == "❌ FAIL"
+    assert row3["2.14.1 cudatorch-2.14.1"][1] == "✅ pass"
+    skip_attrs, skip_text = row3["2.13.0 cudatorch-2.13.0"]
+    assert skip_text.startswith("⏭ skip") and skip_attrs["title"] == "no CUDA device on this machine"
+    assert table["4. Two storages"]["2.12.1 cputorch-2.12.1"][1] == "❓ missing"
+    row11 = table[f"11. {PROMISES['11']}"]
+    assert row11["2.14.1 cputorch-2.14.1"][1] == "📝 recorded" + OBSERVED_11
+
+
+def test_html_links_each_failure_to_its_reproducer(report_dir: Path):
+    html = (report_dir / "index.html").read_text(encoding="utf-8")
+    anchors = re.findall(r'<a href="#(fail-[0-9]+-3)">', html)
+    assert len(anchors) == 1
+    section = html[html.index(f'<section id="{anchors[0]}">'):]
+    section = section[: section.index("</section>")]
+    assert "test_mutable_after_inference" in section and 'class="reproducer"' in section
+
+
+def test_observation_changes_are_highlighted_against_the_previous_release(report_dir: Path):
+    page = parse((report_dir / "index.html").read_text(encoding="utf-8"))
+    header, *rows = page.tables["observations"]
+    # Cells that never ran have no observations and no column here.
+    assert [t.strip() for _, _, t in header[1:]] == ["2.12.1torch-2.12.1", "2.13.0torch-2.13.0", "2.14.1torch-2.14.1"]
+    by_probe = {row[0][2].strip(): row[1:] for row in rows}
+    changed = by_probe["inference_tensor.is_inference"]
+    assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, True]
+    assert changed[2][1]["title"] == "differs from 2.13.0"
+    assert changed[2][2].strip() == "changed: false"
+    steady = by_probe["numpy.bfloat16"]
+    assert not any("changed" in attrs.get("class", "") for _, attrs, _ in steady)
+    assert steady[0][2].strip() == "raises TypeError: Got unsupported ScalarType BFloat16"
+
+
+def markdown_table(md: str) -> list[list[str]]:
+    lines = md[md.index("| Promise |"):].split("\n\n", 1)[0].splitlines()
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+
+
+def test_markdown_table_has_every_column_and_escapes_cell_text(report_dir: Path):
+    md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
+    table = markdown_table(md)
+    header, rule, *rows = table
+    assert len(header) == 1 + 16 and all(len(r) == len(header) for r in [rule, *rows])
+    assert header[1:3] == ["2.9.1 cpu", "2.9.1 cuda"] and header[-1] == "2.15.0 cuda"
+    assert len(rows) == len(PROMISES)
+    row11 = rows[-1]
+    recorded = row11[header.index("2.14.1 cpu")]
+    assert recorded == "📝 recorded: RuntimeError: accelerator \\| none<br>second line &lt;b&gt;"
+    crashed = header.index("2.15.0 cpu")
+    assert all(r[crashed] == "💥 crashed" for r in rows)
+    assert "<script>" not in md.replace("```python\n" + REPRODUCER, "")  # only inside its code fence
+
+
+def test_markdown_lists_legend_environments_and_reproducers(report_dir: Path):
+    md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
+    for label in ("✅ pass", "❌ FAIL", "⏭ skip", "📝 recorded", "❓ missing", "💥 crashed", "⏱ timed out", "📦 not installed"):
+        assert f"| {label} |" in md
+    assert "### torch-2.14.1" in md and "- gpu_name: NVIDIA H200" in md
+    assert "```python\n" + REPRODUCER + "```" in md
+    assert "Fatal Python error: Aborted" in md
+
+
+def test_md_escape_and_fence():
+    assert report.md_escape("a|b\nc\r\nd") == "a\\|b<br>c<br>d"
+    assert report.md_escape("<x> & `y` *z*") == "&lt;x&gt; &amp; \\`y\\` \\*z\\*"
+    assert report.md_escape(None) == "—" and report.md_escape({"b": 1}) == '{"b": 1}'
+    fenced = report.md_fence("a\n````\nb")
+    assert fenced.startswith("`````\n") and fenced.endswith("\n`````")
+
+
+def test_report_is_deterministic(results_dir: Path, report_dir: Path, tmp_path: Path):
+    again = tmp_path / "again"
+    assert main(["report", str(results_dir), "--out", str(again)]) == 0
+    for name in ("compat.json", "COMPAT.md", "index.html"):
+        assert (again / name).read_bytes() == (report_dir / name).read_bytes()
+
+
+def test_two_cells_of_one_release_are_told_apart(tmp_path: Path):
+    d = tmp_path / "r"
+    d.mkdir()
+    rf.write(d, "cpu.json", rf.completed("2.13.0", cell="torch-2.13.0"))
+    rf.write(d, "gpu.json", rf.completed("2.13.0+cu128", cell="local-h200", cuda=True))
+    assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
+    header = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))[0]
+    assert header[1:] == ["2.13.0 cpu (local-h200)", "2.13.0 cuda (local-h200)",
+                          "2.13.0 cpu (torch-2.13.0)", "2.13.0 cuda (torch-2.13.0)"]
+
+
+def test_out_inside_results_dir_does_not_read_its_own_output(results_dir: Path, tmp_path: Path, capsys):
+    own = shutil.copytree(results_dir, tmp_path / "results")
+    assert main(["report", str(own), "--out", str(own)]) == 0
+    assert main(["report", str(own), "--out", str(own)]) == 0
+    assert "compat.json" not in capsys.readouterr().err
+    assert len(json.loads((own / "compat.json").read_text(encoding="utf-8"))["cells"]) == 8
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "all-corrupt"])
+def test_no_results_is_exit_2_naming_the_folder(tmp_path: Path, capsys, case):
+    d = tmp_path / "results"
+    if case != "missing":
+        d.mkdir()
+    if case == "all-corrupt":
+        (d / "x.json").write_text("[", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["report", str(d), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cpugpu-conformance report: error: ") and str(d) in err[-1]
+    assert not out.exists()
+
+
+def test_unwritable_output_is_exit_2_and_keeps_what_was_there(results_dir: Path, tmp_path: Path, capsys):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the folder should be", encoding="utf-8")
+    assert main(["report", str(results_dir), "--out", str(blocker)]) == 2
+    assert "cannot write the report" in capsys.readouterr().err
+    assert blocker.read_text(encoding="utf-8") == "a file where the folder should be"
