@@ -25,9 +25,13 @@ def validate(result: dict[str, Any]) -> dict[str, Any]:
 
 PIN_MEMORY_TEXT = "RuntimeError: Cannot access accelerator device when none is available."
 
+# As observe.py records them: a value or an error, some with a "doc" saying what the probe does.
 BASE_OBSERVATIONS: dict[str, Any] = {
-    "inference_tensor.is_inference": {"value": True},
-    "numpy.bfloat16": {"error": {"type": "TypeError", "message": "Got unsupported ScalarType BFloat16"}},
+    "inference_tensor.is_inference": {"doc": "is_inference() of torch.zeros(2) made in inference mode", "value": True},
+    "numpy.bfloat16": {
+        "doc": "torch.zeros(2, dtype=torch.bfloat16).numpy()",
+        "error": {"type": "TypeError", "message": "Got unsupported ScalarType BFloat16"},
+    },
     "pin_memory.no_accelerator": {"error": {"type": "RuntimeError", "message": "Cannot access accelerator device"}},
     "numpy.dtypes": {"value": ["bool", "float32", "int64"]},
 }

@@ -129,6 +129,12 @@ def test_observation_changes_warn_and_fail_only_with_strict(tmp_path, capsys):
     assert out.rstrip().splitlines()[-1] == "FAIL (--strict): 1 change(s) in observed torch behaviour"
 
 
+def test_a_reworded_probe_description_is_no_change(tmp_path, capsys):
+    reworded = {k: dict(v, doc="reworded") for k, v in rf.BASE_OBSERVATIONS.items()}
+    assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", observations=reworded), "--strict") == 0
+    assert "observed torch behaviour" not in capsys.readouterr().out
+
+
 def test_a_probe_that_appears_or_disappears_is_a_change(tmp_path, capsys):
     fewer = {k: v for k, v in rf.BASE_OBSERVATIONS.items() if k != "numpy.dtypes"}
     assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", observations=fewer), "--strict") == 1

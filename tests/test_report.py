@@ -35,7 +35,7 @@ def results_dir(tmp_path_factory) -> Path:
             cuda=True,
             observations=changed,
             observed_11=OBSERVED_11,
-            failed={("3", "cpu"): [rf.failure("test_mutable_after_inference", "AssertionError: tensor | refused", REPRODUCER)]},
+            failed={("3", "cpu"): [rf.failure("test_mutable_after_inference", "AssertionError: tensor | refused, see https://example.org/torch-issue", REPRODUCER)]},
         ),
     )
     rf.write(d, "torch-2.15.0.json", rf.incomplete("2.15.0", "crashed", "collected 40 items\nFatal Python error: Aborted"))
@@ -164,11 +164,27 @@ def test_corrupt_and_invalid_files_are_named_not_fatal(results_dir: Path, tmp_pa
     assert "corrupt.json" in (out / "COMPAT.md").read_text(encoding="utf-8")
 
 
+class Attributes(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.seen.extend((tag, k, v or "") for k, v in attrs)
+
+
 def test_html_is_self_contained(report_dir: Path):
     html = (report_dir / "index.html").read_text(encoding="utf-8")
     lowered = html.lower()
-    for external in ("<link", "src=", "<script", "@import", "url(", "http://", "https://"):
+    for external in ("<link", "<script", "<img", "<iframe", "@import", "url("):
         assert external not in lowered, external
+    attrs = Attributes()
+    attrs.feed(html)
+    assert not [a for a in attrs.seen if a[1] in ("src", "srcset", "action", "data", "background")]
+    hrefs = [v for _, k, v in attrs.seen if k == "href"]
+    assert hrefs and all(h.startswith("#") for h in hrefs), hrefs
+    # URLs quoted in torch's error messages stay text, never links
+    assert "https://example.org/torch-issue" in html
 
 
 def test_html_escapes_result_text(report_dir: Path):
@@ -241,6 +257,20 @@ def test_observation_changes_are_highlighted_against_the_previous_release(report
     steady = by_probe["numpy.bfloat16"]
     assert not any("changed" in attrs.get("class", "") for _, attrs, _ in steady)
     assert steady[0][2].strip() == "raises TypeError: Got unsupported ScalarType BFloat16"
+    # the probe's description is the row's tooltip, not part of the value
+    probe_header = next(row[0] for row in rows if row[0][2].strip() == "numpy.bfloat16")
+    assert probe_header[1]["title"] == "torch.zeros(2, dtype=torch.bfloat16).numpy()"
+
+
+def test_a_changed_probe_description_is_not_a_behaviour_change(tmp_path: Path):
+    d = tmp_path / "r"
+    d.mkdir()
+    reworded = {k: dict(v, doc="reworded") for k, v in rf.BASE_OBSERVATIONS.items()}
+    rf.write(d, "a.json", rf.completed("2.13.0"))
+    rf.write(d, "b.json", rf.completed("2.14.1", observations=reworded))
+    assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
+    html = (tmp_path / "o" / "index.html").read_text(encoding="utf-8")
+    assert 'class="changed"' not in html and 'title="reworded"' in html
 
 
 def markdown_table(md: str) -> list[list[str]]:
@@ -270,6 +300,10 @@ def test_markdown_lists_legend_environments_and_reproducers(report_dir: Path):
     assert "### torch-2.14.1" in md and "- gpu_name: NVIDIA H200" in md
     assert "```python\n" + REPRODUCER + "```" in md
     assert "Fatal Python error: Aborted" in md
+    # Markdown has no hover: each skip's reason is listed, once for a skipped device
+    skips = md[md.index("## Skips"):md.index("## Failures")]
+    assert "- 2.13.0 cuda: no CUDA device on this machine" in skips
+    assert "2.13.0 cuda, promise" not in skips
 
 
 def test_md_escape_and_fence():

@@ -33,7 +33,9 @@ class MarkStyle:
 MARKS: dict[str, MarkStyle] = {
     "passed": MarkStyle("✅", "pass", "every check of the promise held"),
     "failed": MarkStyle("❌", "FAIL", "a check of the promise failed; the reproducer is in the failures section"),
-    "skipped": MarkStyle("⏭", "skip", "not run on this device (no such device here); the reason is given"),
+    "skipped": MarkStyle(
+        "⏭", "skip", "not run here (no such device, or the promise does not apply to it); the reason is given"
+    ),
     "recorded": MarkStyle(
         "📝", "recorded", "implementation-defined: what happened is recorded, not judged"
     ),
@@ -227,20 +229,37 @@ def columns(cells: list[Cell]) -> list[Column]:
 # --- observed torch behaviour -------------------------------------------------------
 
 
+def _outcome(obs: Any) -> Any:
+    """What torch did, without the probe's own description ("doc"), which is not torch behaviour."""
+    if isinstance(obs, dict):
+        return {k: v for k, v in obs.items() if k != "doc"}
+    return obs
+
+
 def observation_text(obs: Any) -> str:
     """One probe's outcome as text: its value, or 'raises Type: message'."""
-    if isinstance(obs, dict) and set(obs) == {"value"}:
-        value = obs["value"]
+    outcome = _outcome(obs)
+    if isinstance(outcome, dict) and set(outcome) == {"value"}:
+        value = outcome["value"]
         return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    if isinstance(obs, dict) and isinstance(obs.get("error"), dict):
-        err = obs["error"]
+    if isinstance(outcome, dict) and set(outcome) == {"error"} and isinstance(outcome["error"], dict):
+        err = outcome["error"]
         return f"raises {err.get('type', '?')}: {err.get('message', '')}"
-    return json.dumps(obs, sort_keys=True, default=str)
+    return json.dumps(outcome, sort_keys=True, default=str)
 
 
 def observation_key(obs: Any) -> str:
     """Canonical form for comparing one probe between two cells."""
-    return json.dumps(obs, sort_keys=True, default=str)
+    return json.dumps(_outcome(obs), sort_keys=True, default=str)
+
+
+def observation_doc(cells: Iterable[Cell], probe: str) -> str | None:
+    """What a probe checks, from the newest cell that describes it."""
+    for cell in sorted(cells, key=lambda c: c.sort_key, reverse=True):
+        obs = cell.observations().get(probe)
+        if isinstance(obs, dict) and isinstance(obs.get("doc"), str):
+            return obs["doc"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -250,8 +269,8 @@ class ObservedValue:
     previous_release: str | None
 
 
-def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, list[ObservedValue]]]]:
-    """Cells with observations (in version order) and one row per probe across them."""
+def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, str | None, list[ObservedValue]]]]:
+    """Cells with observations (in version order) and one row (probe, doc, values) per probe across them."""
     observed = [c for c in sorted(cells, key=lambda c: c.sort_key) if c.observations()]
     probes = sorted({p for c in observed for p in c.observations()})
     rows = []
@@ -273,7 +292,7 @@ def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, li
                 )
             )
             prev = cell
-        rows.append((probe, values))
+        rows.append((probe, observation_doc(observed, probe), values))
     return observed, rows
 
 

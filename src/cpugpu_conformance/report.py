@@ -202,15 +202,24 @@ def build_view(got: Collected) -> dict[str, Any]:
     observed_cells, observation_rows = compat.observation_table(cells)
     env_keys = sorted({k for c in cells for k in (c.result.get("environment") or {})})
 
-    skipped_devices = []
+    # Markdown has no hover: list why each skip happened, once per device where the whole device was skipped.
+    skip_notes = []
     for c in cols:
+        if not c.cell.completed:
+            continue
+        label = _column_label(c, ambiguous)
         status, reason = c.cell.device_status(c.device)
-        if c.cell.completed and status == "skipped":
-            skipped_devices.append((_column_label(c, ambiguous), reason or "no reason given"))
+        if status == "skipped":
+            skip_notes.append((label, reason or "no reason given"))
+            continue
+        for number in numbers:
+            mark = c.cell.mark(number, c.device)
+            if mark.kind == "skipped":
+                skip_notes.append((f"{label}, promise {number}", mark.note or "no reason given"))
 
     return {
         "cells": cells,
-        "skipped_devices": skipped_devices,
+        "skip_notes": skip_notes,
         "columns": [{"col": c, "label": _column_label(c, ambiguous)} for c in cols],
         "rows": rows,
         "marks": MARKS,
