@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 import result_factory as rf
+
 from cpugpu_conformance.__main__ import main
 
 REPRODUCER = "import torch\nb = torch.zeros(4)\nb.add_(1)  # raises on 2.15.0\n"

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 import result_factory as rf
+
 from cpugpu_conformance import report
 from cpugpu_conformance.__main__ import main
 from cpugpu_conformance.promises import PROMISES
 
 REPRODUCER = 'import torch\nprint("<script>alert(1)</script> | pipe")\n'
 OBSERVED_11 = "RuntimeError: accelerator | none\nsecond line <b>"
-NOT_VERDICTS = ("crashed", "timed_out", "not_installed", "wrong_torch", "error")
+# the shape cell.py writes: what happened, then the log's tail
+CRASH_DETAIL = "pytest killed by SIGABRT; last lines of the log:\ncollected 40 items\nFatal Python error: Aborted"
 
 
 # Module-scoped: building and rendering the matrix once keeps the file fast; tests only read it.
@@ -38,7 +39,7 @@ def results_dir(tmp_path_factory) -> Path:
             failed={("3", "cpu"): [rf.failure("test_mutable_after_inference", "AssertionError: tensor | refused, see https://example.org/torch-issue", REPRODUCER)]},
         ),
     )
-    rf.write(d, "torch-2.15.0.json", rf.incomplete("2.15.0", "crashed", "collected 40 items\nFatal Python error: Aborted"))
+    rf.write(d, "torch-2.15.0.json", rf.incomplete("2.15.0", "crashed", CRASH_DETAIL))
     rf.write(d, "torch-2.9.1.json", rf.incomplete("2.9.1", "not_installed", "No solution found when resolving: torch==2.9.1"))
     rf.write(d, "torch-2.10.0.json", rf.incomplete("2.10.0", "timed_out", "cell ran past its 600 s limit"))
     rf.write(d, "torch-2.11.0.json", rf.incomplete("2.11.0", "wrong_torch", "asked for 2.11.0, got 2.8.0"))
@@ -60,7 +61,7 @@ def report_dir(results_dir: Path, tmp_path_factory) -> Path:
 class Page(HTMLParser):
     """Collects the tables of the page and checks that tags nest properly."""
 
-    VOID = {"meta", "br", "img", "hr", "input", "link", "wbr"}
+    VOID = frozenset({"meta", "br", "img", "hr", "input", "link", "wbr"})
 
     def __init__(self) -> None:
         super().__init__()
@@ -218,8 +219,10 @@ def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: P
                 attrs, text = row[col]
                 assert text == words[status]
                 assert f"m-{status}" in attrs["class"] and "pass" not in text
-    # and the reason is on hover
-    assert table["1. Shape and dtype"]["2.15.0 cputorch-2.15.0"][0]["title"] == "Fatal Python error: Aborted"
+    # the full detail (the log's tail) is on the page, and the headline on hover
+    html = (report_dir / "index.html").read_text(encoding="utf-8")
+    assert '<pre class="detail">' + CRASH_DETAIL + "</pre>" in html
+    assert table["1. Shape and dtype"]["2.15.0 cputorch-2.15.0"][0]["title"] == "pytest killed by SIGABRT; last lines of the log"
 
 
 def test_html_marks_pass_fail_skip_recorded_missing(report_dir: Path):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 from . import __version__, gate, report
 

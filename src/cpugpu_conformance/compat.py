@@ -7,8 +7,9 @@ both read a result file the same way. Nothing here formats for a medium.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -86,15 +87,25 @@ def version_key(release: str) -> tuple:
         return (1, Version("0"), release)
 
 
-def last_line(text: Any, limit: int = 240) -> str | None:
-    """The last non-empty line of a log tail: usually the line that says what went wrong."""
+def _line(text: Any, index: int, limit: int) -> str | None:
     if not isinstance(text, str):
         return None
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return None
-    line = lines[-1]
+    line = lines[index]
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_line(text: Any, limit: int = 240) -> str | None:
+    """A cell's detail leads with what happened ("killed by SIGABRT; last lines of the log:")."""
+    line = _line(text, 0, limit)
+    return line.rstrip(":") if line else line
+
+
+def last_line(text: Any, limit: int = 240) -> str | None:
+    """The last non-empty line: for an assertion message, usually the one that says what differed."""
+    return _line(text, -1, limit)
 
 
 @dataclass
@@ -147,7 +158,7 @@ class Cell:
 
     def mark(self, promise: str, device: str) -> Mark:
         if not self.completed:
-            return Mark(self.status, last_line(self.result.get("detail")))
+            return Mark(self.status, first_line(self.result.get("detail")))
         verdict = self.promise_on(promise, device)
         if verdict is not None:
             kind = verdict["verdict"]

@@ -123,7 +123,7 @@ def collect(results_dir: Path, exclude: Path | None = None) -> Collected:
         except ResultFileError as exc:
             reason = str(exc)
             prefix = f"{path}: "
-            got.skipped.append({"file": path.name, "reason": reason[len(prefix):] if reason.startswith(prefix) else reason})
+            got.skipped.append({"file": path.name, "reason": reason.removeprefix(prefix)})
     if not got.cells:
         raise ReportError(f"no valid result files in {results_dir} ({len(got.skipped)} skipped as invalid)")
     return got
@@ -272,7 +272,7 @@ def md_fence(value: Any, lang: str = "") -> str:
     return f"{fence}{lang}\n{text}\n{fence}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _environment(autoescape: bool) -> jinja2.Environment:
     """One environment per escaping mode, kept so each template compiles once per process."""
     env = jinja2.Environment(
@@ -286,7 +286,6 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     env.filters["text"] = _text
     env.filters["md"] = md_escape
     env.filters["fence"] = md_fence
-    env.filters["last_line"] = compat.last_line
     return env
 
 
