@@ -1,0 +1,309 @@
+"""The CI workflow: GitHub's schema, an offline zizmor audit, its shape, and its inline scripts run for real.
+
+Needs the `test` extra (check-jsonschema, zizmor, nox); no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "conformance.yml"
+BIN = Path(sys.executable).parent
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if not found:
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+    return found
+
+
+def load_workflow(text: str | None = None) -> dict:
+    data = yaml.safe_load(text if text is not None else WORKFLOW.read_text(encoding="utf-8"))
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+WF = load_workflow()
+JOBS = WF["jobs"]
+
+
+def steps(job: str) -> list[dict]:
+    return JOBS[job]["steps"]
+
+
+def step_named(job: str, fragment: str) -> dict:
+    matches = [s for s in steps(job) if fragment in s.get("name", "")]
+    assert len(matches) == 1, f"{job}: expected one step named like {fragment!r}"
+    return matches[0]
+
+
+def runs(job: str) -> str:
+    return "\n".join(s.get("run", "") for s in steps(job))
+
+
+def uses(job: str, action: str) -> list[dict]:
+    return [s for s in steps(job) if s.get("uses", "").startswith(action + "@")]
+
+
+# ----------------------------------------------------------------------------- validators
+
+
+def check_schema(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def audit(path: Path) -> tuple[int, list[dict]]:
+    run = subprocess.run(
+        [tool("zizmor"), "--offline", "--min-severity", "medium", "--format", "json", str(path)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+    )
+    return run.returncode, json.loads(run.stdout or "[]")
+
+
+def test_workflow_matches_githubs_schema():
+    run = check_schema(WORKFLOW)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_schema_check_rejects_a_broken_workflow(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text(encoding="utf-8").replace("runs-on: ubuntu-latest", "runs_on: ubuntu-latest", 1))
+    assert check_schema(broken).returncode != 0
+
+
+def test_workflow_passes_zizmor_offline_with_no_medium_or_higher_finding():
+    code, findings = audit(WORKFLOW)
+    summary = [(f["ident"], f["determinations"]["severity"]) for f in findings]
+    assert (code, summary) == (0, [])
+
+
+@pytest.mark.parametrize(
+    "old, new, audit_id",
+    [
+        # an unpinned action
+        ("actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8 # v5.0.0", "actions/checkout@v5", "unpinned-uses"),
+        # a matrix value expanded into a script
+        ('nox --non-interactive -s "$SESSION"', "nox --non-interactive -s '${{ matrix.session }}'", "template-injection"),
+    ],
+)
+def test_zizmor_catches_what_the_workflow_avoids(tmp_path, old, new, audit_id):
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert old in text
+    risky = tmp_path / ".github" / "workflows" / "risky.yml"
+    risky.parent.mkdir(parents=True)
+    risky.write_text(text.replace(old, new))
+    code, findings = audit(risky)
+    assert code != 0 and audit_id in {f["ident"] for f in findings}
+
+
+# ----------------------------------------------------------------------------- shape
+
+
+def test_triggers_pull_request_on_the_matrix_and_suite_weekly_and_by_hand():
+    on = WF["on"]
+    assert {"matrix.yaml", "conformance/**", "src/**", "noxfile.py"} <= set(on["pull_request"]["paths"])
+    minute, hour, dom, month, dow = on["schedule"][0]["cron"].split()
+    assert (dom, month) == ("*", "*") and dow.isdigit(), "weekly: one day of the week"
+    assert "workflow_dispatch" in on
+
+
+def test_three_jobs_list_run_and_report():
+    assert list(JOBS) == ["cells", "cell", "report"]
+    assert JOBS["cell"]["needs"] == "cells"
+    assert "cell" in JOBS["report"]["needs"]
+
+
+def test_cells_job_lists_nox_sessions_into_the_matrix_output():
+    listing = step_named("cells", "job matrix")
+    assert listing["shell"] == "python"
+    assert '["nox", "-l", "--json", "-s", "conformance"]' in listing["run"]
+    assert JOBS["cells"]["outputs"]["matrix"] == "${{ steps.%s.outputs.matrix }}" % listing["id"]
+
+
+def test_cell_job_runs_one_session_on_the_runner_its_matrix_entry_names():
+    cell = JOBS["cell"]
+    assert cell["runs-on"] == "${{ matrix.runner }}"
+    assert cell["strategy"]["matrix"] == "${{ fromJSON(needs.cells.outputs.matrix) }}"
+    assert cell["strategy"]["fail-fast"] is False
+    assert cell["timeout-minutes"] == "${{ matrix.timeout_minutes }}"
+    assert cell["env"]["SESSION"] == "${{ matrix.session }}"
+    assert 'nox --non-interactive -s "$SESSION"' in runs("cell")
+
+
+def test_cell_job_uploads_its_result_under_a_unique_name_even_when_it_failed():
+    upload = uses("cell", "actions/upload-artifact")
+    assert len(upload) == 1
+    assert upload[0]["if"] == "${{ always() }}"
+    assert upload[0]["with"]["name"] == "result-${{ matrix.cell }}"
+    assert upload[0]["with"]["path"].splitlines() == ["results/${{ matrix.cell }}.json", "results/${{ matrix.cell }}.log"]
+    assert step_named("cell", "left no result")["if"] == "${{ always() }}"
+
+
+def test_report_job_runs_after_failed_cells_and_publishes_compat():
+    report = JOBS["report"]
+    assert "!cancelled()" in report["if"] or "always()" in report["if"]
+    download = uses("report", "actions/download-artifact")
+    assert download[0]["with"] == {"pattern": "result-*", "path": "results", "merge-multiple": True}
+    commands = runs("report")
+    assert "nox --non-interactive -s report" in commands and "nox --non-interactive -s gate" in commands
+    upload = uses("report", "actions/upload-artifact")
+    assert upload[0]["with"]["name"] == "compat" and upload[0]["with"]["path"] == "compat/"
+    assert upload[0]["if"] == "${{ always() }}"
+    names = [s.get("name", s.get("uses")) for s in steps("report")]
+    assert names.index(upload[0]["name"]) < names.index(step_named("report", "Gate")["name"]), (
+        "compat/ is published before the gate can fail the job"
+    )
+
+
+def test_hardening_pins_permissions_credentials_and_no_expressions_in_scripts():
+    assert WF["permissions"] == {}
+    for name, job in JOBS.items():
+        assert job["permissions"] == {"contents": "read"}, name
+        assert isinstance(job.get("timeout-minutes"), (int, str)), name
+        for step in job["steps"]:
+            if "uses" in step:
+                assert PINNED.match(step["uses"]), f"{name}: {step['uses']} is not pinned to a commit"
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+            assert "${{" not in step.get("run", ""), f"{name}: expression inside a script"
+    text = WORKFLOW.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if "uses:" in line:
+            assert re.search(r"@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), f"no version comment: {line.strip()}"
+
+
+def test_the_tools_ci_installs_cover_the_noxfile_script_dependencies():
+    """CI installs `nox .`; the noxfile's own dependencies must come with that."""
+    import tomllib  # Python 3.11+, like the dev environment
+
+    header = re.search(r"^# /// script\n(.*?)^# ///$", (ROOT / "noxfile.py").read_text(), re.S | re.M)
+    assert header, "noxfile.py declares its dependencies in a `# /// script` block"
+    needed = tomllib.loads("\n".join(line[2:] for line in header.group(1).splitlines()))["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+    def name(requirement: str) -> str:
+        return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+    assert {name(r) for r in needed} <= {name(r) for r in project} | {"nox"}
+    assert '"nox>=2025.2.9" .' in runs("cells")
+
+
+# ----------------------------------------------------------------------------- inline scripts, run
+
+
+def run_step_script(job: str, fragment: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run a `shell: python` step as the runner does (python SCRIPT) in ``cwd``, the venv's tools first on PATH."""
+    step = step_named(job, fragment)
+    assert step["shell"] == "python"
+    script = Path(env["RUNNER_TEMP"]) / "step.py"
+    script.write_text(step["run"], encoding="utf-8")
+    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def run_listing(tmp_path: Path, matrix_file: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    """The cells job's listing step, at the repository root (noxfile.py, matrix.yaml) as on CI."""
+    tool("nox")
+    output = tmp_path / "github_output"
+    env = {"GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(tmp_path)}
+    if matrix_file:
+        env["CONFORMANCE_MATRIX"] = str(matrix_file)
+    return run_step_script("cells", "job matrix", ROOT, env), output
+
+
+def listed_matrix(tmp_path: Path, matrix_file: Path | None = None) -> list[dict]:
+    run, output = run_listing(tmp_path, matrix_file)
+    assert run.returncode == 0, run.stdout + run.stderr
+    key, _, value = output.read_text().strip().partition("=")
+    assert key == "matrix"
+    return json.loads(value)["include"]
+
+
+def test_listing_gives_one_job_per_matrix_cell_with_its_runner(tmp_path):
+    include = listed_matrix(tmp_path)
+    m = matrices.load(ROOT / "matrix.yaml")
+    assert [e["cell"] for e in include] == [c.name for c in m.cells]
+    assert [e["session"] for e in include] == [c.session for c in m.cells]
+    for entry, cell in zip(include, m.cells):
+        assert entry["runner"] == cell.device.runner
+        assert entry["python"] == m.python
+        assert entry["timeout_minutes"] >= cell.time_limit_s / 60
+
+
+def test_listing_sends_cuda_cells_to_the_gpu_runner_from_matrix_yaml(tmp_path):
+    custom = tmp_path / "matrix.yaml"
+    custom.write_text(
+        """
+python: "3.11"
+devices:
+  cpu: {runner: ubuntu-latest}
+  cuda: {runner: [self-hosted, linux, gpu]}
+time_limit_s: 1500
+baseline: "2.14.1"
+candidates: ["2.15.0"]
+torch:
+  - {version: "2.14.1"}
+  - {version: "2.15.0", time_limit_s: 3000}
+"""
+    )
+    include = listed_matrix(tmp_path, custom)
+    assert {e["cell"]: e["runner"] for e in include} == {
+        "torch-2.14.1-cpu": "ubuntu-latest",
+        "torch-2.14.1-cuda": ["self-hosted", "linux", "gpu"],
+        "torch-2.15.0-cpu": "ubuntu-latest",
+        "torch-2.15.0-cuda": ["self-hosted", "linux", "gpu"],
+    }
+    assert {e["cell"]: e["timeout_minutes"] for e in include}["torch-2.15.0-cuda"] == 50 + 30
+    assert {e["session"] for e in include} == {
+        "conformance(torch='2.14.1', device='cpu')",
+        "conformance(torch='2.14.1', device='cuda')",
+        "conformance(torch='2.15.0', device='cpu')",
+        "conformance(torch='2.15.0', device='cuda')",
+    }
+
+
+def test_listing_fails_on_a_broken_matrix(tmp_path):
+    custom = tmp_path / "matrix.yaml"
+    custom.write_text('python: "3.11"\nbaseline: "2.14.1"\ncandidates: ["2.15.0"]\ntorch: [{version: "2.x"}]\n')
+    run, output = run_listing(tmp_path, custom)
+    assert run.returncode != 0
+    assert "torch[0].version" in run.stderr
+    assert not output.exists()
+
+
+def test_a_cell_that_left_no_result_is_recorded_as_error_with_the_nox_tail(tmp_path):
+    (tmp_path / "nox.log").write_text("nox > Running session conformance\nnox > Python interpreter 3.11 not found\n")
+    env = {"CELL": "torch-2.15.0-cpu", "SESSION": "conformance(torch='2.15.0', device='cpu')", "RUNNER_TEMP": str(tmp_path)}
+    run = run_step_script("cell", "left no result", tmp_path, env)
+    assert run.returncode == 0, run.stderr
+    result = results.load(tmp_path / "results" / "torch-2.15.0-cpu.json")
+    assert result["status"] == "error" and result["cell"] == "torch-2.15.0-cpu"
+    assert "ended without a result file" in result["detail"]
+    assert result["detail"].endswith("Python interpreter 3.11 not found")
+
+
+def test_a_cell_with_a_result_keeps_it(tmp_path):
+    kept = results.write_atomic(
+        tmp_path / "results" / "torch-2.15.0-cpu.json", results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT")
+    )
+    env = {"CELL": "torch-2.15.0-cpu", "SESSION": "conformance(torch='2.15.0', device='cpu')", "RUNNER_TEMP": str(tmp_path)}
+    assert run_step_script("cell", "left no result", tmp_path, env).returncode == 0
+    assert results.load(kept)["status"] == "crashed"
