@@ -246,6 +246,11 @@ def test_listing_gives_one_job_per_matrix_cell_with_its_runner(tmp_path):
         assert entry["runner"] == cell.device.runner
         assert entry["python"] == m.python
         assert entry["timeout_minutes"] >= cell.time_limit_s / 60
+    # what the cell job passes to `nox -s` selects exactly that one session
+    one = subprocess.run(
+        [tool("nox"), "-l", "--json", "-s", include[-1]["session"]], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert [e["session"] for e in json.loads(one.stdout)] == [include[-1]["session"]], one.stderr
 
 
 def test_listing_sends_cuda_cells_to_the_gpu_runner_from_matrix_yaml(tmp_path):
