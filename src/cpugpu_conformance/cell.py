@@ -18,7 +18,7 @@ import collections
 import datetime
 import json
 import os
-import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -431,9 +431,10 @@ def describe(result: dict[str, Any]) -> str:
 def _row(name: str, path: Path) -> Row:
     try:
         result = results.load(path)
-    except results.ResultFileError as exc:
-        missing = not path.exists()
-        return Row(name, "?", "?", "no result" if missing else "unreadable", {}, None, False)
+    except results.ResultFileError:
+        named = re.fullmatch(r"torch-([0-9.]+)-(\w+)", name)  # what the cell would have been
+        torch, device = named.groups() if named else ("?", "?")
+        return Row(name, torch, device, "unreadable" if path.exists() else "no result", {}, None, False)
     asked = result.get("requested") or {}
     env = result.get("environment") or {}
     torch = asked.get("torch") or (base_version(str(env["torch"])) if env.get("torch") else "?")

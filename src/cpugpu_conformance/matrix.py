@@ -253,7 +253,10 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise MatrixError([f"{path}{where}: not valid YAML: {exc.problem or exc.context}"]) from None
+        context = ""
+        if exc.context and exc.context_mark and exc.problem:
+            context = f" ({exc.context} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        raise MatrixError([f"{path}{where}: not valid YAML: {exc.problem or exc.context}{context}"]) from None
     except yaml.YAMLError as exc:
         raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
     if not isinstance(data, dict):
