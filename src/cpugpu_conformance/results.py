@@ -109,9 +109,13 @@ def new_result(cell: str, status: str, **fields: Any) -> dict[str, Any]:
     return result
 
 
+# Built once: jsonschema.validate() re-checks the schema itself on every call.
+_VALIDATOR = jsonschema.Draft202012Validator(CELL_RESULT_SCHEMA)
+
+
 def validate(result: Any, source: str = "<result>") -> dict[str, Any]:
     try:
-        jsonschema.validate(result, CELL_RESULT_SCHEMA)
+        _VALIDATOR.validate(result)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
         raise ResultFileError(f"{source}: not a valid cell result at {where}: {exc.message}") from None

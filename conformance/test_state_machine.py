@@ -1,0 +1,146 @@
+"""One buffer driven through random sequences of writes, copies and inference-mode changes.
+
+After every step the buffer is compared with a plain NumPy model, and the storages a
+caller captured at construction must still be the buffer's (promises 3, 5, 8 and 9).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from conformance import dtypes
+from conformance import strategies as s
+from conformance.repro import Scenario
+from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+
+# Dtypes whose values the model can hold exactly: small integers, written and compared.
+MODEL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "complex64")
+
+HOST = '''
+def host(t):
+    """Contents as a NumPy array on the host (bfloat16 widened to float32, exactly)."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+'''
+
+CHECK = """
+sync()
+for name, expected in (("cpu", expected_cpu), ("gpu", expected_gpu)):
+    got = host(getattr(buf, name))
+    assert (got == expected).all(), f"buf.{name} holds {got.tolist()}, expected {expected.tolist()}"
+    assert not getattr(buf, name).is_inference(), f"buf.{name} is an inference tensor"
+    assert getattr(buf, name).untyped_storage().data_ptr() == storages[name], f"buf.{name} was rebound to a new storage"
+if with_numpy:
+    assert np.shares_memory(buf.np, host(buf.cpu)) or buf.np.size == 0, "buf.np no longer views buf.cpu"
+    assert buf.np is captured_np or np.shares_memory(buf.np, captured_np), "buf.np was rebound"
+    assert (buf.np == expected_cpu).all(), f"buf.np holds {buf.np.tolist()}, expected {expected_cpu.tolist()}"
+"""
+
+
+def _model_dtypes(device: str) -> tuple[dtypes.DtypeInfo, ...]:
+    return tuple(i for i in dtypes.all_dtypes(device) if i.name in MODEL_DTYPES and i.copyable and i.fillable)
+
+
+class BufferMachine(RuleBasedStateMachine):
+    Buffer: type
+    device: str
+
+    @initialize(data=st.data())
+    def construct(self, data):
+        info = data.draw(st.sampled_from(_model_dtypes(self.device)), label="dtype")
+        self.sc = Scenario(
+            self.Buffer,
+            "8",
+            "state machine: writes, copies and inference mode",
+            self.device,
+            size=data.draw(s.sizes, label="size"),
+            dtype=info.dtype,
+            pin_memory=data.draw(s.pin_memory_for(self.device), label="pin_memory"),
+            with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy"),
+        )
+        self.sc.run(BYTE_HELPERS + HOST)
+        self.sc.run(data.draw(s.contexts, label="context").code(CONSTRUCT))
+        self.sc.run(
+            """
+            storages = {name: getattr(buf, name).untyped_storage().data_ptr() for name in ("cpu", "gpu")}
+            captured_np = buf.np if with_numpy else None
+            """
+        )
+        model_dtype = np.float32 if info.name == "bfloat16" else np.dtype(info.numpy)
+        self.model = {side: np.zeros(self.sc["size"], dtype=model_dtype) for side in ("cpu", "gpu")}
+        self.is_bool = info.name == "bool"
+        self.modes = 0  # inference_mode() blocks entered and not yet left
+
+    @property
+    def length(self) -> int:
+        return self.sc["size"][0]
+
+    def _bounds(self, data):
+        start = data.draw(st.integers(0, self.length), label="start")
+        return start, data.draw(st.integers(start, self.length + 1), label="stop")
+
+    @rule(data=st.data(), side=st.sampled_from(["cpu", "gpu"]), value=st.integers(0, 3))
+    def torch_assign(self, data, side, value):
+        value = value % 2 if self.is_bool else value
+        a, b = self._bounds(data)
+        self.sc.run(f"buf.{side}[{a}:{b}] = {value}")
+        self.model[side][a:b] = value
+
+    @rule(side=st.sampled_from(["cpu", "gpu"]))
+    def torch_add(self, side):
+        if self.is_bool:
+            self.sc.run(f"buf.{side}.logical_not_()")
+            self.model[side] = np.logical_not(self.model[side])
+        else:
+            self.sc.run(f"buf.{side}.add_(1)")
+            self.model[side] = self.model[side] + 1
+
+    @precondition(lambda self: self.sc["with_numpy"])
+    @rule(data=st.data(), value=st.integers(0, 3))
+    def numpy_assign(self, data, value):
+        value = value % 2 if self.is_bool else value
+        a, b = self._bounds(data)
+        self.sc.run(f"buf.np[{a}:{b}] = {value}")
+        self.model["cpu"][a:b] = value
+
+    @rule(data=st.data(), direction=st.sampled_from(["copy_to_gpu", "copy_to_cpu"]))
+    def copy(self, data, direction):
+        n = data.draw(s.slice_end(self.length), label="n")
+        src, dst = ("cpu", "gpu") if direction == "copy_to_gpu" else ("gpu", "cpu")
+        self.sc.run(f"buf.{direction}({n!r})")
+        self.model[dst][:n] = self.model[src][:n]
+
+    @precondition(lambda self: self.modes < 2)
+    @rule()
+    def enter_inference_mode(self):
+        self.modes += 1
+        # A fresh mode object each time: reusing one for nested blocks leaks inference mode.
+        self.sc.run(f"mode{self.modes} = torch.inference_mode()\nmode{self.modes}.__enter__()")
+
+    @precondition(lambda self: self.modes > 0)
+    @rule()
+    def leave_inference_mode(self):
+        self.sc.run(f"mode{self.modes}.__exit__(None, None, None)")
+        self.modes -= 1
+
+    @invariant()
+    def matches_model(self):
+        self.sc.check(CHECK, expected_cpu=self.model["cpu"].copy(), expected_gpu=self.model["gpu"].copy())
+
+    def teardown(self):
+        # Leave every inference_mode() block, even after a failure: it would poison later tests.
+        sc = getattr(self, "sc", None)
+        while sc is not None and self.modes:
+            sc.ns[f"mode{self.modes}"].__exit__(None, None, None)
+            self.modes -= 1
+        assert not torch.is_inference_mode_enabled()
+
+
+@pytest.mark.promise("3", "5", "8", "9")
+def test_buffer_state_machine(Buffer, device):
+    machine = type(f"BufferMachine_{device}", (BufferMachine,), {"Buffer": Buffer, "device": device})
+    run_state_machine_as_test(machine)

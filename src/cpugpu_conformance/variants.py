@@ -1,0 +1,178 @@
+"""Deliberately broken CpuGpuBuffer implementations, each breaking one promise of CONTRACT.md.
+
+They exist to prove the suite has teeth: ``tests/test_variants.py`` runs the whole suite
+against every one and asserts that it fails on the promise the variant breaks. The
+pre-fix class from the original vLLM bug comes first.
+
+Put one under test by hand with, e.g.::
+
+    pytest conformance --impl cpugpu_conformance.variants:PreFixCpuGpuBuffer
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+
+class PreFixCpuGpuBuffer:
+    """The class before the fix: allocates in the caller's mode, so inference mode makes inference tensors."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+        self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("Bfloat16 torch tensors cannot be directly cast to a numpy array, so call CpuGpuBuffer with with_numpy=False")
+            self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        if n is None:
+            return self.gpu.copy_(self.cpu, non_blocking=True)
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        if n is None:
+            return self.cpu.copy_(self.gpu, non_blocking=True)
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class HalfFixedCpuGpuBuffer(CpuGpuBuffer):
+    """Fixes the device tensor only: the host tensor is still made in the caller's mode."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=False)
+        self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+
+class FlatGpuBuffer(CpuGpuBuffer):
+    """Allocates the device tensor flat (numel,) instead of the requested shape."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        with torch.inference_mode(False):
+            self.gpu = torch.zeros(self.cpu.numel(), dtype=dtype, device=device)
+
+
+class OnesLikeGpuBuffer(CpuGpuBuffer):
+    """Allocates the device tensor with ones_like where zeros_like was meant."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        with torch.inference_mode(False):
+            self.gpu = torch.ones_like(self.cpu, device=device)
+
+
+class SharedStorageBuffer(CpuGpuBuffer):
+    """On a CPU device, reuses the host tensor as the 'device' tensor to save memory."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        if torch.device(device).type == "cpu":
+            self.gpu = self.cpu
+
+
+class CopiedNumpyBuffer(CpuGpuBuffer):
+    """Gives a NumPy *copy* of the host tensor instead of a view."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        if with_numpy:
+            self.np = self.cpu.numpy().copy()
+
+
+class Bfloat16AsInt16Buffer(CpuGpuBuffer):
+    """Works around NumPy's missing bfloat16 by viewing the bits as int16, instead of raising."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        bf16 = with_numpy and dtype == torch.bfloat16
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy and not bf16)
+        if bf16:
+            self.np = self.cpu.view(torch.int16).numpy()
+
+
+class NumpyAttrAlwaysBuffer(CpuGpuBuffer):
+    """Sets np = None when with_numpy=False, where the contract says there is no np attribute."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        if not with_numpy:
+            self.np = None
+
+
+class BytesViewBuffer(CpuGpuBuffer):
+    """For dtypes NumPy lacks (float8, ...), silently hands out a uint8 view of the bytes."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=False)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            try:
+                self.np = self.cpu.numpy()
+            except TypeError:
+                self.np = self.cpu.view(torch.uint8).numpy()
+
+
+class ZeroMeansAllBuffer(CpuGpuBuffer):
+    """Tests `if not n` where `if n is None` was meant, so copy_to_gpu(0) copies everything."""
+
+    def copy_to_gpu(self, n=None):
+        if not n:
+            return self.gpu.copy_(self.cpu, non_blocking=True)
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        if not n:
+            return self.cpu.copy_(self.gpu, non_blocking=True)
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class RebindingBuffer(CpuGpuBuffer):
+    """Copies into a fresh device tensor and rebinds gpu: right contents, but a captured gpu is left behind."""
+
+    def copy_to_gpu(self, n=None):
+        fresh = self.gpu.clone()
+        fresh[:n].copy_(self.cpu[:n])
+        self.gpu = fresh
+        return fresh[:n]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cls: type
+    promise: str  # the CONTRACT.md promise it breaks
+
+    @property
+    def spec(self) -> str:
+        return f"{__name__}:{self.name}"
+
+    @property
+    def description(self) -> str:
+        return (self.cls.__doc__ or "").strip()
+
+
+VARIANTS: tuple[Variant, ...] = tuple(
+    Variant(cls.__name__, cls, promise)
+    for cls, promise in (
+        (PreFixCpuGpuBuffer, "3"),
+        (HalfFixedCpuGpuBuffer, "3"),
+        (FlatGpuBuffer, "1"),
+        (OnesLikeGpuBuffer, "2"),
+        (SharedStorageBuffer, "4"),
+        (CopiedNumpyBuffer, "5"),
+        (Bfloat16AsInt16Buffer, "6"),
+        (NumpyAttrAlwaysBuffer, "6"),
+        (BytesViewBuffer, "7"),
+        (ZeroMeansAllBuffer, "8"),
+        (RebindingBuffer, "9"),
+    )
+)
