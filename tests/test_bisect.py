@@ -167,6 +167,18 @@ def test_signature_ignores_counts_and_timings_but_not_verdicts_or_recorded_text(
     ]
 
 
+def test_diff_of_a_table_valued_observation_names_the_entry_that_changed():
+    old = {"bool": {"numpy": "bool", "zeros": "ok"}, "complex32": {"numpy": "raises TypeError", "zeros": "ok"}}
+    new = {**old, "complex32": {"numpy": "raises TypeError", "zeros": "ok", "copy_": "ok"},
+           "bcomplex32": {"numpy": "raises TypeError", "zeros": "ok"}}
+    a = {"promises": {}, "observations": {"dtypes": old}}
+    b = {"promises": {}, "observations": {"dtypes": new}}
+    assert bisect.diff(a, b) == [
+        'observation dtypes.bcomplex32: (absent) -> {"numpy": "raises TypeError", "zeros": "ok"}',
+        "observation dtypes.complex32.copy_: (absent) -> ok",
+    ]
+
+
 def test_diff_orders_promises_numerically_and_names_absent_entries():
     a = {"promises": {"2 on cpu": "passed", "10 on cpu": "passed"}, "observations": {"x": "1"}}
     b = {"promises": {"2 on cpu": "failed", "10 on cpu": "failed"}, "observations": {"y": "2"}}

@@ -161,26 +161,27 @@ def releases_between(good: str, bad: str, available: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- signatures
 
 
-def _render(observation: Any) -> str:
-    """One-line text for an observation, equal for equal outcomes.
+def _outcome(observation: Any) -> Any:
+    """What an observation found, without the probe's description.
 
     observe.observe_all() records ``{"doc", "value"}`` or ``{"doc", "error": {"type",
-    "message"}}``; only the outcome matters, not the probe's description.
+    "message"}}``: the value itself, or the text ``raises Type: message``.
     """
     if isinstance(observation, dict):
         error = observation.get("error")
         if isinstance(error, dict):
             return f"raises {error.get('type', '?')}: {error.get('message', '')}"
         if "value" in observation:
-            observation = observation["value"]
-    return json.dumps(observation, sort_keys=True, default=str)
+            return observation["value"]
+    return observation
 
 
-def signature(result: dict[str, Any]) -> dict[str, dict[str, str]]:
+def signature(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What must stay equal between releases for the contract's answer to be the same.
 
-    ``{"promises": {"<id> on <device>": verdict}, "observations": {probe: text}}``; for a
-    recorded-only promise (11) the verdict carries what was observed.
+    ``{"promises": {"<id> on <device>": verdict}, "observations": {probe: outcome}}``; for
+    a recorded-only promise (11) the verdict carries what was observed. Counts, timings
+    and environment are left out: they differ without the answer changing.
     """
     promises: dict[str, str] = {}
     for pid, promise in (result.get("promises") or {}).items():
@@ -189,8 +190,17 @@ def signature(result: dict[str, Any]) -> dict[str, dict[str, str]]:
             if pid in RECORDED_ONLY:
                 verdict = f"{verdict}: {outcome.get('observed')}"
             promises[f"{pid} on {device}"] = verdict
-    observations = {name: _render(value) for name, value in (result.get("observations") or {}).items()}
+    observations = {name: _outcome(value) for name, value in (result.get("observations") or {}).items()}
     return {"promises": promises, "observations": observations}
+
+
+_ABSENT = object()
+
+
+def _text(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def _promise_order(key: str) -> tuple[int, str]:
@@ -198,18 +208,27 @@ def _promise_order(key: str) -> tuple[int, str]:
     return (int(pid) if pid.isdigit() else 10**6, device)
 
 
-def diff(sig_a: dict[str, dict[str, str]], sig_b: dict[str, dict[str, str]]) -> list[str]:
-    """Human-readable lines, one per promise/device or observation that differs."""
+def _diff_values(where: str, a: Any, b: Any, lines: list[str]) -> None:
+    """One line per differing leaf, so a table-valued probe names the entry that changed."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key, _ABSENT) != b.get(key, _ABSENT):
+                _diff_values(f"{where}.{key}", a.get(key, _ABSENT), b.get(key, _ABSENT), lines)
+    else:
+        lines.append(f"observation {where}: {_text(a)} -> {_text(b)}")
+
+
+def diff(sig_a: dict[str, dict[str, Any]], sig_b: dict[str, dict[str, Any]]) -> list[str]:
+    """Human-readable lines, one per promise/device or observed value that differs."""
     lines: list[str] = []
-    absent = "(absent)"
     a_p, b_p = sig_a.get("promises", {}), sig_b.get("promises", {})
     for key in sorted(set(a_p) | set(b_p), key=_promise_order):
-        if a_p.get(key) != b_p.get(key):
-            lines.append(f"promise {key}: {a_p.get(key, absent)} -> {b_p.get(key, absent)}")
+        if a_p.get(key, _ABSENT) != b_p.get(key, _ABSENT):
+            lines.append(f"promise {key}: {_text(a_p.get(key, _ABSENT))} -> {_text(b_p.get(key, _ABSENT))}")
     a_o, b_o = sig_a.get("observations", {}), sig_b.get("observations", {})
     for key in sorted(set(a_o) | set(b_o)):
-        if a_o.get(key) != b_o.get(key):
-            lines.append(f"observation {key}: {a_o.get(key, absent)} -> {b_o.get(key, absent)}")
+        if a_o.get(key, _ABSENT) != b_o.get(key, _ABSENT):
+            _diff_values(key, a_o.get(key, _ABSENT), b_o.get(key, _ABSENT), lines)
     return lines
 
 
@@ -266,10 +285,10 @@ def bisect_first_change(
     """
     if len(releases) < 2:
         raise BisectError("need at least two releases to bisect")
-    signatures: dict[str, Optional[dict[str, dict[str, str]]]] = {}
+    signatures: dict[str, Optional[dict[str, dict[str, Any]]]] = {}
     steps: list[Step] = []
 
-    def sig_of(index: int) -> Optional[dict[str, dict[str, str]]]:
+    def sig_of(index: int) -> Optional[dict[str, dict[str, Any]]]:
         release = releases[index]
         if release in signatures:
             return signatures[release]
