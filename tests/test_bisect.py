@@ -80,8 +80,10 @@ def test_bisect_finds_the_change_wherever_it_is(change_at):
     assert found.first_changed == RELEASES[change_at]
     assert found.previous == RELEASES[change_at - 1]
     assert found.diff == [
-        "observation pin_memory_without_accelerator: raises RuntimeError: Cannot access accelerator device when "
-        "none is available. -> raises RuntimeError: Need to provide pin_memory allocator to use pin memory."
+        (
+            "observation pin_memory_without_accelerator: raises RuntimeError: Cannot access accelerator device when "
+            "none is available. -> raises RuntimeError: Need to provide pin_memory allocator to use pin memory."
+        )
     ]
     assert len(cells.calls) == len(set(cells.calls)), "a release was run twice"
     # both ends, then a binary search over the inner releases

@@ -66,14 +66,14 @@ def uses(job: str, action: str) -> list[dict]:
 def check_schema(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, check=False,
     )
 
 
 def audit(path: Path) -> tuple[int, list[dict]]:
     run = subprocess.run(
         [tool("zizmor"), "--offline", "--min-severity", "medium", "--format", "json", str(path)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "NO_COLOR": "1"},
     )
     return run.returncode, json.loads(run.stdout or "[]")
 
@@ -120,7 +120,7 @@ def test_zizmor_catches_what_the_workflow_avoids(tmp_path, old, new, audit_id):
 def test_triggers_pull_request_on_the_matrix_and_suite_weekly_and_by_hand():
     on = WF["on"]
     assert {"matrix.yaml", "conformance/**", "src/**", "noxfile.py"} <= set(on["pull_request"]["paths"])
-    minute, hour, dom, month, dow = on["schedule"][0]["cron"].split()
+    _minute, _hour, dom, month, dow = on["schedule"][0]["cron"].split()
     assert (dom, month) == ("*", "*") and dow.isdigit(), "weekly: one day of the week"
     assert "workflow_dispatch" in on
 
@@ -135,7 +135,7 @@ def test_cells_job_lists_nox_sessions_into_the_matrix_output():
     listing = step_named("cells", "job matrix")
     assert listing["shell"] == "python"
     assert '["nox", "-l", "--json", "-s", "conformance"]' in listing["run"]
-    assert JOBS["cells"]["outputs"]["matrix"] == "${{ steps.%s.outputs.matrix }}" % listing["id"]
+    assert JOBS["cells"]["outputs"]["matrix"] == f"${{{{ steps.{listing['id']}.outputs.matrix }}}}"
 
 
 def test_cell_job_runs_one_session_on_the_runner_its_matrix_entry_names():
@@ -194,7 +194,7 @@ def test_the_tools_ci_installs_cover_the_noxfile_script_dependencies():
     """CI installs `nox .`; the noxfile's own dependencies must come with that."""
     import tomllib  # Python 3.11+, like the dev environment
 
-    header = re.search(r"^# /// script\n(.*?)^# ///$", (ROOT / "noxfile.py").read_text(), re.S | re.M)
+    header = re.search(r"^# /// script\n(.*?)^# ///$", (ROOT / "noxfile.py").read_text(), re.DOTALL | re.MULTILINE)
     assert header, "noxfile.py declares its dependencies in a `# /// script` block"
     needed = tomllib.loads("\n".join(line[2:] for line in header.group(1).splitlines()))["dependencies"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -216,7 +216,7 @@ def run_step_script(job: str, fragment: str, cwd: Path, env: dict[str, str]) -> 
     script = Path(env["RUNNER_TEMP"]) / "step.py"
     script.write_text(step["run"], encoding="utf-8")
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
-    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_listing(tmp_path: Path, matrix_file: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
@@ -248,7 +248,7 @@ def test_listing_gives_one_job_per_matrix_cell_with_its_runner(tmp_path):
         assert entry["timeout_minutes"] >= cell.time_limit_s / 60
     # what the cell job passes to `nox -s` selects exactly that one session
     one = subprocess.run(
-        [tool("nox"), "-l", "--json", "-s", include[-1]["session"]], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [tool("nox"), "-l", "--json", "-s", include[-1]["session"]], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert [e["session"] for e in json.loads(one.stdout)] == [include[-1]["session"]], one.stderr
 

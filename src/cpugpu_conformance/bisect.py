@@ -27,9 +27,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
@@ -55,7 +60,7 @@ class BisectError(Exception):
 
 def _http_fetch(url: str, accept: str) -> tuple[str, bytes]:
     request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cpugpu-conformance-bisect"})
-    with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:  # noqa: S310 (https index URL)
+    with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
         return response.headers.get("Content-Type", ""), response.read()
 
 
@@ -66,9 +71,9 @@ class _AnchorParser(HTMLParser):
         super().__init__()
         self.files: list[tuple[str, bool]] = []
         self._yanked = False
-        self._text: Optional[list[str]] = None
+        self._text: list[str] | None = None
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
             self._yanked = any(name == "data-yanked" for name, _ in attrs)
             self._text = []
@@ -83,7 +88,7 @@ class _AnchorParser(HTMLParser):
             self._text = None
 
 
-def _version_of(filename: str) -> Optional[Version]:
+def _version_of(filename: str) -> Version | None:
     try:
         if filename.endswith(".whl"):
             return parse_wheel_filename(filename)[1]
@@ -122,7 +127,7 @@ def parse_project_page(content_type: str, body: bytes, source: str = "index") ->
     return [releases[v] for v in sorted(releases)]
 
 
-def available_releases(index_url: Optional[str] = None, fetch: Optional[Fetch] = None) -> list[str]:
+def available_releases(index_url: str | None = None, fetch: Fetch | None = None) -> list[str]:
     """Final torch releases on the package index (the ordinary one by default), oldest first."""
     base = (index_url or DEFAULT_INDEX_URL).rstrip("/")
     url = f"{base}/{PACKAGE}/"
@@ -241,16 +246,16 @@ class Step:
 
     release: str
     status: str  # the cell's status; only "completed" can be compared
-    same_as_good: Optional[bool]  # None when the release could not be tested
-    detail: Optional[str] = None
+    same_as_good: bool | None  # None when the release could not be tested
+    detail: str | None = None
 
 
 @dataclass
 class Bisection:
     """The answer: the change lies between ``previous`` and ``first_changed``."""
 
-    first_changed: Optional[str]  # None: the last release answers like the first
-    previous: Optional[str]
+    first_changed: str | None  # None: the last release answers like the first
+    previous: str | None
     diff: list[str]
     steps: list[Step]
     untestable: list[str] = field(default_factory=list)  # releases between previous and first_changed
@@ -259,7 +264,7 @@ class Bisection:
 class Untestable(Exception):
     """Raised by a probe for a release whose cell produced no comparable result."""
 
-    def __init__(self, status: str, detail: Optional[str] = None) -> None:
+    def __init__(self, status: str, detail: str | None = None) -> None:
         super().__init__(status)
         self.status, self.detail = status, detail
 
@@ -274,7 +279,7 @@ def _probe_order(lo: int, hi: int) -> list[int]:
 def bisect_first_change(
     releases: list[str],
     probe: Callable[[str], dict[str, Any]],
-    on_step: Optional[Callable[[Step], None]] = None,
+    on_step: Callable[[Step], None] | None = None,
 ) -> Bisection:
     """Binary-search ``releases`` (oldest first) for the first whose signature differs from ``releases[0]``'s.
 
@@ -285,10 +290,10 @@ def bisect_first_change(
     """
     if len(releases) < 2:
         raise BisectError("need at least two releases to bisect")
-    signatures: dict[str, Optional[dict[str, dict[str, Any]]]] = {}
+    signatures: dict[str, dict[str, dict[str, Any]] | None] = {}
     steps: list[Step] = []
 
-    def sig_of(index: int) -> Optional[dict[str, dict[str, Any]]]:
+    def sig_of(index: int) -> dict[str, dict[str, Any]] | None:
         release = releases[index]
         if release in signatures:
             return signatures[release]
@@ -337,12 +342,12 @@ def bisect_first_change(
 # --------------------------------------------------------------------------- the runner
 
 
-def _last_line(text: Optional[str]) -> str:
+def _last_line(text: str | None) -> str:
     lines = [line for line in (text or "").splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
 
 
-def _print_step(number: int, step: Step, source: Optional[str]) -> None:
+def _print_step(number: int, step: Step, source: str | None) -> None:
     if step.same_as_good is None:
         verdict = f"untestable ({step.status}{': ' + _last_line(step.detail) if step.detail else ''})"
     elif step.same_as_good:
@@ -357,8 +362,8 @@ def run(
     good: str,
     bad: str,
     run_release: Callable[[str], Path],
-    index_url: Optional[str] = None,
-    releases: Optional[list[str]] = None,
+    index_url: str | None = None,
+    releases: list[str] | None = None,
 ) -> int:
     """Bisect from ``good`` to ``bad``; print the steps and the verdict.
 
