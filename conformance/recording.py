@@ -46,6 +46,9 @@ def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
     if observed is not None:
         report.user_properties.append(("observed", observed))
     if report.failed:
+        blamed = repro.take_blame()
+        if blamed is not None:
+            report.user_properties.append(("blame", blamed))
         script = repro.take()
         if script:
             report.user_properties.append(("reproducer", script))
@@ -118,6 +121,8 @@ class CellRecorder:
         key = {"passed": "passed", "failed": "failed" if report.when == "call" else "errors", "skipped": "skipped"}[outcome]
         self.counts[key] += 1
         promises = props.get("promises") or []
+        if report.failed and props.get("blame"):
+            promises = [props["blame"]]  # a test of several promises names the one it caught broken
         device = props.get("device")
         if not promises or device is None:
             if report.failed:

@@ -9,6 +9,7 @@ the minimal failing example last, so the script recorded at a failure is the shr
 from __future__ import annotations
 
 import linecache
+import re
 import textwrap
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 _state: dict[str, Any] = {
     "script": None,
     "observed": None,
+    "blame": None,
     "impl_import": "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n",
 }
 
@@ -31,6 +33,16 @@ def set_impl_import(code: str) -> None:
 def reset() -> None:
     _state["script"] = None
     _state["observed"] = None
+    _state["blame"] = None
+
+
+def blame(promise: str | None) -> None:
+    """Name the promise a failure from here on breaks, for tests that check several."""
+    _state["blame"] = promise
+
+
+def take_blame() -> str | None:
+    return _state["blame"]
 
 
 def take() -> str | None:
@@ -54,6 +66,24 @@ def literal(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"np.array({value.tolist()!r}, dtype=np.{value.dtype.name})"
     return repr(value)
+
+
+_DEF = re.compile(r"def (\w+)\(")
+
+
+def _used_helpers(steps: list[str]) -> list[str]:
+    """Keep a helper definition only if a later step calls it: shorter reproducers."""
+    out = []
+    for i, step in enumerate(steps):
+        if not step.startswith("def "):
+            out.append(step)
+            continue
+        later = "\n".join(steps[i + 1 :])
+        chunks = [c.strip("\n") for c in re.split(r"\n(?=def )", step)]
+        kept = [c for c in chunks if re.search(rf"\b{_DEF.match(c).group(1)}\(", later)]
+        if kept:
+            out.append("\n\n\n".join(kept) + "\n")
+    return out
 
 
 _compiled: dict[str, Any] = {}
@@ -109,7 +139,7 @@ class Scenario:
 
     def script(self, extra: str = "") -> str:
         steps = self.steps + ([extra] if extra else [])
-        return self.header + "\n".join(steps) + '\nprint("ok: the promise held")\n'
+        return self.header + "\n".join(_used_helpers(steps)) + '\nprint("ok: the promise held")\n'
 
     def _record(self, extra: str = "") -> None:
         _state["script"] = self.script(extra)

@@ -39,9 +39,11 @@ def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, device, data):
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def _headline(exc: BaseException) -> str:
+    """Type and first sentence: torch's messages go on with advice and URLs that change more often."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:120]}" if text else type(exc).__name__
+    sentence = text[0].split(". ")[0][:120] if text else ""
+    return f"{type(exc).__name__}: {sentence}" if sentence else type(exc).__name__
 
 
 @pytest.mark.promise("11")
@@ -55,7 +57,7 @@ def test_pin_memory_on_cpu_is_recorded(Buffer, device, size):
     try:
         sc.run(f"buf = {CONSTRUCT}")
     except Exception as exc:  # torch refusing the hint is allowed (promise 11)
-        repro.observe(f"size {size}: raises {_first_line(exc)}")
+        repro.observe(f"size {size}: raises {_headline(exc)}")
         return
     sc.run(
         """

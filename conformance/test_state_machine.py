@@ -12,7 +12,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from conformance import dtypes
+from conformance import dtypes, repro
 from conformance import strategies as s
 from conformance.repro import Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
@@ -27,18 +27,42 @@ def host(t):
     return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 '''
 
-CHECK = """
-sync()
-for name, expected in (("cpu", expected_cpu), ("gpu", expected_gpu)):
-    got = host(getattr(buf, name))
-    assert (got == expected).all(), f"buf.{name} holds {got.tolist()}, expected {expected.tolist()}"
-    assert not getattr(buf, name).is_inference(), f"buf.{name} is an inference tensor"
-    assert getattr(buf, name).untyped_storage().data_ptr() == storages[name], f"buf.{name} was rebound to a new storage"
-if with_numpy:
-    assert np.shares_memory(buf.np, host(buf.cpu)) or buf.np.size == 0, "buf.np no longer views buf.cpu"
-    assert buf.np is captured_np or np.shares_memory(buf.np, captured_np), "buf.np was rebound"
-    assert (buf.np == expected_cpu).all(), f"buf.np holds {buf.np.tolist()}, expected {expected_cpu.tolist()}"
-"""
+# The invariant, in the order a failure is best explained: each part names the promise it checks.
+CHECKS = (
+    (
+        "3",
+        """
+        for name in ("cpu", "gpu"):
+            assert not getattr(buf, name).is_inference(), f"buf.{name} is an inference tensor"
+        """,
+    ),
+    (
+        "9",
+        """
+        for name in ("cpu", "gpu"):
+            assert getattr(buf, name).untyped_storage().data_ptr() == storages[name], f"buf.{name} was rebound to a new storage"
+        if with_numpy:
+            assert buf.np is captured_np or np.shares_memory(buf.np, captured_np), "buf.np was rebound"
+        """,
+    ),
+    (
+        "8",
+        """
+        sync()
+        for name, expected in (("cpu", expected_cpu), ("gpu", expected_gpu)):
+            got = host(getattr(buf, name))
+            assert (got == expected).all(), f"buf.{name} holds {got.tolist()}, expected {expected.tolist()}"
+        """,
+    ),
+    (
+        "5",
+        """
+        if with_numpy:
+            assert np.shares_memory(buf.np, host(buf.cpu)) or buf.np.size == 0, "buf.np no longer views buf.cpu"
+            assert (buf.np == expected_cpu).all(), f"buf.np holds {buf.np.tolist()}, expected {expected_cpu.tolist()}"
+        """,
+    ),
+)
 
 
 def _model_dtypes(device: str) -> tuple[dtypes.DtypeInfo, ...]:
@@ -63,6 +87,7 @@ class BufferMachine(RuleBasedStateMachine):
             with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy"),
         )
         self.sc.run(BYTE_HELPERS + HOST)
+        repro.blame("1")  # a constructor that raises
         self.sc.run(data.draw(s.contexts, label="context").code(CONSTRUCT))
         self.sc.run(
             """
@@ -85,6 +110,7 @@ class BufferMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), side=st.sampled_from(["cpu", "gpu"]), value=st.integers(0, 3))
     def torch_assign(self, data, side, value):
+        repro.blame("3")  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.run(f"buf.{side}[{a}:{b}] = {value}")
@@ -92,6 +118,7 @@ class BufferMachine(RuleBasedStateMachine):
 
     @rule(side=st.sampled_from(["cpu", "gpu"]))
     def torch_add(self, side):
+        repro.blame("3")  # an in-place write that raises
         if self.is_bool:
             self.sc.run(f"buf.{side}.logical_not_()")
             self.model[side] = np.logical_not(self.model[side])
@@ -102,6 +129,7 @@ class BufferMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sc["with_numpy"])
     @rule(data=st.data(), value=st.integers(0, 3))
     def numpy_assign(self, data, value):
+        repro.blame("3")  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.run(f"buf.np[{a}:{b}] = {value}")
@@ -110,6 +138,7 @@ class BufferMachine(RuleBasedStateMachine):
     @rule(data=st.data(), direction=st.sampled_from(["copy_to_gpu", "copy_to_cpu"]))
     def copy(self, data, direction):
         n = data.draw(s.slice_end(self.length), label="n")
+        repro.blame("8")
         src, dst = ("cpu", "gpu") if direction == "copy_to_gpu" else ("gpu", "cpu")
         self.sc.run(f"buf.{direction}({n!r})")
         self.model[dst][:n] = self.model[src][:n]
@@ -129,7 +158,10 @@ class BufferMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_model(self):
-        self.sc.check(CHECK, expected_cpu=self.model["cpu"].copy(), expected_gpu=self.model["gpu"].copy())
+        expected = {"expected_cpu": self.model["cpu"].copy(), "expected_gpu": self.model["gpu"].copy()}
+        for promise, check in CHECKS:
+            repro.blame(promise)
+            self.sc.check(check, **{k: v for k, v in expected.items() if k in check})
 
     def teardown(self):
         # Leave every inference_mode() block, even after a failure: it would poison later tests.
