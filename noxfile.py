@@ -60,6 +60,12 @@ CELL_OWNED_OPTIONS = {
 _cells_run: list[str] = []
 
 
+def _fail(session: nox.Session, message: str) -> None:
+    """End the session as *failed* (what it tested did not hold); session.error means misuse."""
+    session.warn(message)
+    raise CommandFailed(message)
+
+
 def _refuse_owned_options(session: nox.Session, allowed: tuple[str, ...] = ()) -> None:
     for arg in session.posargs:
         option = arg.split("=", 1)[0]
@@ -91,7 +97,7 @@ def conformance(session: nox.Session, torch: str, device: str) -> None:
     env_dir = Path(session.virtualenv.location)
     result = cells.install_and_run(spec, cells.env_python(env_dir), env_dir=env_dir)
     if not cells.is_ok(result):
-        session.error(f"{cell.name}: {cells.describe(result)}")
+        _fail(session, f"{cell.name}: {cells.describe(result)}")
 
 
 @nox.session(venv_backend="none", default=False)
@@ -102,7 +108,7 @@ def summary(session: nox.Session) -> None:
     print("\n" + cells.format_summary(rows), flush=True)
     bad = [r.cell for r in rows if not r.ok]
     if bad:
-        session.error(f"{len(bad)} of {len(rows)} cells did not pass: {', '.join(bad)}")
+        _fail(session, f"{len(bad)} of {len(rows)} cells did not pass: {', '.join(bad)}")
 
 
 @nox.session(venv_backend="none", default=False)
@@ -131,7 +137,7 @@ def installed(session: nox.Session) -> None:
         spec.hypothesis_profile = ours.hypothesis_profile
     result = cells.run_cell(spec, python)
     if not cells.is_ok(result):
-        session.error(f"{name}: {cells.describe(result)}")
+        _fail(session, f"{name}: {cells.describe(result)}")
 
 
 @nox.session(python=MATRIX.python)
@@ -183,7 +189,7 @@ def gate(session: nox.Session) -> None:
             except CommandFailed:
                 failed.append(f"{baseline_file} -> {candidate_file}")
     if failed:
-        session.error(f"gate refused {len(failed)} upgrade(s): {'; '.join(failed)}")
+        _fail(session, f"gate refused {len(failed)} upgrade(s): {'; '.join(failed)}")
 
 
 @nox.session(name="bisect", venv_backend="none", default=False)
@@ -210,8 +216,10 @@ def bisect_releases(session: nox.Session) -> None:
         return spec.result_path
 
     code = bisecting.run(good, bad, run_release, index_url=MATRIX.index_url)
-    if code:
-        session.error(f"bisect exited {code}" + (" (no change between them)" if code == 1 else ""))
+    if code == 1:
+        _fail(session, f"bisect: no change between torch {good} and {bad}")
+    elif code:
+        session.error(f"bisect exited {code}")
 
 
 def workflow_checks() -> list[list[str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -315,3 +316,71 @@ def test_result_file_json_is_what_the_schema_accepts(tmp_path: Path) -> None:
     assert data["requested"] == {"device": "cpu", "hypothesis_profile": "ci", "time_limit_s": 60, "torch": "2.15.0",
                                  "numpy": None, "build": None, "requirements": ["torch==2.15.0", "numpy"],
                                  "index_url": None}
+
+
+# --------------------------------------------------------------------------- the real suite (issue 4)
+# These run `pytest conformance` with the torch of the interpreter running the tests.
+
+ABORTING_IMPL = """\
+import os
+
+
+class Buffer:
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        os.abort()
+"""
+
+
+def real_cell(tmp_path: Path, name: str, *pytest_args: str, limit: float = 600, profile: str = "ci") -> dict:
+    installed = cell.base_version(cell.probe_torch(sys.executable)["torch"])
+    s = CellSpec(name=name, release=Release(installed), device="cpu", hypothesis_profile=profile, time_limit_s=limit,
+                 results_dir=tmp_path / "results", project_dir=ROOT, pytest_args=pytest_args)
+    return cell.run_cell(s, sys.executable)
+
+
+def test_each_fault_gets_its_own_mark_in_the_report_while_the_other_cells_stand(tmp_path: Path) -> None:
+    impl = tmp_path / "aborting.py"
+    impl.write_text(ABORTING_IMPL)
+    real_cell(tmp_path, "reference", "--promise", "1,2")
+    real_cell(tmp_path, "aborting-impl", "--impl", f"{impl}:Buffer", "--promise", "1")
+    real_cell(tmp_path, "one-second-limit", limit=1)
+    python = cell.create_env(tmp_path / "env", f"{sys.version_info.major}.{sys.version_info.minor}")
+    cell.install_and_run(spec(tmp_path, release=Release("99.0.0"), name="torch-99.0.0-cpu"), python)
+
+    out = tmp_path / "compat"
+    proc = subprocess.run([sys.executable, "-m", "cpugpu_conformance", "report", str(tmp_path / "results"), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    cells = {c["cell"]: c for c in json.loads((out / "compat.json").read_text())["cells"]}
+    assert set(cells) == {"reference", "aborting-impl", "one-second-limit", "torch-99.0.0-cpu"}
+    expected = {"aborting-impl": "crashed", "one-second-limit": "timed_out", "torch-99.0.0-cpu": "not_installed"}
+    for name, status in expected.items():
+        assert cells[name]["status"] == status
+        marks = {m["mark"] for by_device in cells[name]["marks"].values() for m in by_device.values()}
+        assert marks == {status}, (name, marks)
+    assert cells["reference"]["status"] == "completed"
+    assert cells["reference"]["marks"]["1"]["cpu"]["mark"] == "passed"
+    assert cells["reference"]["marks"]["2"]["cpu"]["mark"] == "passed"
+    assert "SIGABRT" in cells["aborting-impl"]["detail"]
+    markdown = (out / "COMPAT.md").read_text()
+    for label in ("💥 crashed", "⏱ timed out", "📦 not installed", "✅ pass"):
+        assert label in markdown
+
+
+def _verdicts(result: dict) -> dict:
+    return {(p, d): (v["verdict"], v.get("passed"), v.get("failed"), v.get("skipped"),
+                     [(f["test"], f["message"], f.get("reproducer")) for f in v.get("failures") or []])
+            for p, promise in result["promises"].items() for d, v in promise["devices"].items()}
+
+
+def test_ci_profile_gives_the_same_verdicts_twice(tmp_path: Path) -> None:
+    """The gate compares two runs; with the derandomized profile a run is a function of torch and the class."""
+    # A broken class, so that there are failures (and their minimal examples) to compare, not only passes.
+    args = ("--impl", "cpugpu_conformance.variants:HalfFixedCpuGpuBuffer")
+    first = real_cell(tmp_path / "a", "twice", *args)
+    second = real_cell(tmp_path / "b", "twice", *args)
+    assert first["status"] == second["status"] == "completed"
+    assert any(v[0] == "failed" for v in _verdicts(first).values()), "the broken class must fail something"
+    assert any(v[0] == "passed" for v in _verdicts(first).values())
+    assert _verdicts(first) == _verdicts(second)
+    assert first["observations"] == second["observations"]

@@ -1,0 +1,144 @@
+"""noxfile.py, driven the way users drive it: `nox` in a subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cpugpu_conformance import results
+from cpugpu_conformance.matrix import load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nox_command() -> list[str]:
+    if importlib.util.find_spec("nox") is not None:
+        return [sys.executable, "-m", "nox"]
+    found = shutil.which("nox")
+    if found is None:
+        pytest.skip("nox is not installed (`nox -s tests` installs it)")
+    return [found]
+
+
+def nox(*args: str, matrix: Path | None = None, results_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, NOX_SCRIPT_MODE="none")  # run with this interpreter's packages, do not make a script env
+    env.pop("CONFORMANCE_MATRIX", None)
+    if matrix:
+        env["CONFORMANCE_MATRIX"] = str(matrix)
+    if results_dir:
+        env["CONFORMANCE_RESULTS"] = str(results_dir)
+    return subprocess.run([*nox_command(), "-f", str(ROOT / "noxfile.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
+def listing(*args: str, matrix: Path | None = None) -> list[dict]:
+    proc = nox("-l", "--json", *args, matrix=matrix)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def write_matrix(tmp_path: Path, releases: str, extra: str = "") -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        python: "{sys.version_info.major}.{sys.version_info.minor}"
+        baseline: "98.0.0"
+        candidates: ["99.0.0"]
+        hypothesis_profile: ci
+        """) + extra + releases)
+    return path
+
+
+def test_one_conformance_session_per_release_with_its_tag() -> None:
+    sessions = listing("-s", "conformance")
+    cells = load(ROOT / "matrix.yaml").cells
+    assert [s["session"] for s in sessions] == [c.session for c in cells]
+    for s, c in zip(sessions, cells):
+        assert s["name"] == "conformance"
+        assert s["call_spec"] == {"torch": c.torch, "device": c.device.name}
+        assert s["tags"] == [f"torch-{c.torch}", f"device-{c.device.name}"]
+        assert s["python"] == "3.11"
+
+
+def test_tag_selects_one_cell() -> None:
+    [only] = listing("-t", "torch-2.15.0")
+    assert only["session"] == "conformance(torch='2.15.0', device='cpu')"
+
+
+def test_session_names_match_the_matrix_command_line(tmp_path: Path) -> None:
+    """CI builds its job matrix from either listing; they must name the same sessions."""
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n',
+                          "devices: {cpu: {runner: ubuntu-latest}, cuda: {runner: [self-hosted, gpu]}}\n")
+    from_nox = [s["session"] for s in listing("-s", "conformance", matrix=matrix)]
+    proc = subprocess.run([sys.executable, "-m", "cpugpu_conformance.matrix", str(matrix), "--json"], capture_output=True, text=True)
+    from_matrix = [c["session"] for c in json.loads(proc.stdout)["cells"]]
+    assert from_nox == from_matrix == [
+        "conformance(torch='98.0.0', device='cpu')", "conformance(torch='98.0.0', device='cuda')",
+        "conformance(torch='99.0.0', device='cpu')", "conformance(torch='99.0.0', device='cuda')",
+    ]
+
+
+def test_other_sessions_exist_and_only_lint_and_tests_run_by_default() -> None:
+    assert [s["session"] for s in listing()] == ["tests", "lint"]
+    every = {s["session"] for s in listing("-s", "tests", "lint", "report", "gate", "bisect", "installed", "summary")}
+    assert every == {"tests", "lint", "report", "gate", "bisect", "installed", "summary"}
+
+
+def test_broken_matrix_stops_nox_before_anything_is_made(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}, {version: "2.x"}]\n')
+    proc = nox("-s", "conformance", "--envdir", str(tmp_path / "envs"), matrix=matrix)
+    assert proc.returncode == 2
+    assert proc.stderr == f"{matrix}: torch[2].version: '2.x' is not a version like 2.13.0\n"
+    assert not (tmp_path / "envs").exists()
+
+
+def test_every_cell_runs_and_the_run_fails_after_a_summary(tmp_path: Path) -> None:
+    """Two releases that cannot be installed: both cells run, each records why, nox exits non-zero."""
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n')
+    out = tmp_path / "results"
+    proc = nox("-s", "conformance", "--envdir", str(tmp_path / "envs"), matrix=matrix, results_dir=out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for release in ("98.0.0", "99.0.0"):
+        result = results.load(out / f"torch-{release}-cpu.json")
+        assert result["status"] == "not_installed"
+        assert f"torch=={release}" in result["detail"]
+        assert f"conformance(torch='{release}', device='cpu'): failed" in proc.stderr
+    table = proc.stdout[proc.stdout.index("cell  "):].splitlines()
+    assert [line.split()[:5] for line in table[1:3]] == [
+        ["torch-98.0.0-cpu", "98.0.0", "cpu", "NOT", "INSTALLED"], ["torch-99.0.0-cpu", "99.0.0", "cpu", "NOT", "INSTALLED"]]
+    assert "2 of 2 cells did not pass" in proc.stderr
+
+
+def test_cell_owned_options_are_refused_after_the_double_dash(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n')
+    proc = nox("-t", "torch-99.0.0", "--envdir", str(tmp_path / "envs"), "--", "--device=cuda",
+               matrix=matrix, results_dir=tmp_path / "results")
+    assert proc.returncode == 1
+    assert "--device after --: set devices in matrix.yaml" in proc.stderr
+    assert not (tmp_path / "results" / "torch-99.0.0-cpu.json").exists()
+
+
+def test_a_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path: Path) -> None:
+    """A real cell of the torch the tests run with (its wheels are in uv's cache by now)."""
+    installed = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    release = installed.stdout.strip().split("+")[0]
+    matrix = write_matrix(tmp_path, f'torch: [{{version: "{release}"}}, {{version: "98.0.0"}}, {{version: "99.0.0"}}]\n')
+    out = tmp_path / "results"
+    proc = nox("-t", f"torch-{release}", "--envdir", str(tmp_path / "envs"), "--", "--promise", "1",
+               matrix=matrix, results_dir=out, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = results.load(out / f"torch-{release}-cpu.json")
+    assert result["status"] == "completed"
+    assert result["environment"]["torch"].split("+")[0] == release
+    assert result["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
+    assert result["promises"]["2"]["devices"]["cpu"]["verdict"] == "skipped", "--promise 1 reached pytest"
+    assert result["requested"]["requirements"] == [f"torch=={release}", "numpy"]
+    log = (out / f"torch-{release}-cpu.log").read_text()
+    assert f"torch=={release}" in log and "--promise 1" in log
