@@ -30,9 +30,9 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).parent.resolve()
 sys.path.insert(0, str(ROOT / "src"))  # the project's pure-Python tooling; needs only the script deps above
 
-from cpugpu_conformance import bisect as bisecting  # noqa: E402
-from cpugpu_conformance import cell as cells  # noqa: E402
-from cpugpu_conformance import matrix as matrices  # noqa: E402
+from cpugpu_conformance import bisect as bisecting
+from cpugpu_conformance import cell as cells
+from cpugpu_conformance import matrix as matrices
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -186,10 +186,11 @@ def gate(session: nox.Session) -> None:
             try:
                 session.run("python", "-m", "cpugpu_conformance", "gate", "--baseline", baseline_file,
                             "--candidate", candidate_file, *rest)
-            except CommandFailed:
-                failed.append(f"{baseline_file} -> {candidate_file}")
+            except CommandFailed as exc:
+                why = "regressed" if exc.return_code == 1 else "nothing to compare"
+                failed.append(f"{baseline_file} -> {candidate_file} ({why})")
     if failed:
-        _fail(session, f"gate refused {len(failed)} upgrade(s): {'; '.join(failed)}")
+        _fail(session, f"gate: {len(failed)} of {len(candidates) * len(MATRIX.devices)} upgrade(s) refused: {'; '.join(failed)}")
 
 
 @nox.session(name="bisect", venv_backend="none", default=False)

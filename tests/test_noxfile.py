@@ -35,7 +35,7 @@ def nox(*args: str, matrix: Path | None = None, results_dir: Path | None = None,
         env["CONFORMANCE_MATRIX"] = str(matrix)
     if results_dir:
         env["CONFORMANCE_RESULTS"] = str(results_dir)
-    return subprocess.run([*nox_command(), "-f", str(ROOT / "noxfile.py"), *args], capture_output=True, text=True,
+    return subprocess.run([*nox_command(), "-f", str(ROOT / "noxfile.py"), *args], check=False, capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=timeout)
 
 
@@ -77,7 +77,7 @@ def test_session_names_match_the_matrix_command_line(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n',
                           "devices: {cpu: {runner: ubuntu-latest}, cuda: {runner: [self-hosted, gpu]}}\n")
     from_nox = [s["session"] for s in listing("-s", "conformance", matrix=matrix)]
-    proc = subprocess.run([sys.executable, "-m", "cpugpu_conformance.matrix", str(matrix), "--json"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "cpugpu_conformance.matrix", str(matrix), "--json"], check=False, capture_output=True, text=True)
     from_matrix = [c["session"] for c in json.loads(proc.stdout)["cells"]]
     assert from_nox == from_matrix == [
         "conformance(torch='98.0.0', device='cpu')", "conformance(torch='98.0.0', device='cuda')",
@@ -127,7 +127,7 @@ def test_cell_owned_options_are_refused_after_the_double_dash(tmp_path: Path) ->
 
 def test_a_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path: Path) -> None:
     """A real cell of the torch the tests run with (its wheels are in uv's cache by now)."""
-    installed = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    installed = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], check=False, capture_output=True, text=True)
     release = installed.stdout.strip().split("+")[0]
     matrix = write_matrix(tmp_path, f'torch: [{{version: "{release}"}}, {{version: "98.0.0"}}, {{version: "99.0.0"}}]\n')
     out = tmp_path / "results"
@@ -142,3 +142,45 @@ def test_a_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path: Path
     assert result["requested"]["requirements"] == [f"torch=={release}", "numpy"]
     log = (out / f"torch-{release}-cpu.log").read_text()
     assert f"torch=={release}" in log and "--promise 1" in log
+
+
+def _cell_result(out: Path, release: str, verdict: str) -> None:
+    results.write_atomic(out / f"torch-{release}-cpu.json", results.new_result(
+        f"torch-{release}-cpu", "completed", requested={"torch": release, "device": "cpu"},
+        environment={"torch": release}, devices={"cpu": {"status": "tested"}},
+        promises={"1": {"title": "Shape and dtype", "devices": {"cpu": {
+            "verdict": verdict, "failures": [{"test": "t", "message": "shape differs", "reproducer": "print(1)"}]
+            if verdict == "failed" else []}}}},
+        counts={"passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 0}, observations={}))
+
+
+def test_gate_maps_release_numbers_to_result_files_and_defaults_to_the_matrix(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, 'torch: [{version: "97.0.0"}, {version: "98.0.0"}, {version: "99.0.0"}]\n')
+    out = tmp_path / "results"
+    _cell_result(out, "97.0.0", "passed")
+    _cell_result(out, "98.0.0", "passed")
+    _cell_result(out, "99.0.0", "failed")
+    envdir = str(tmp_path / "envs")
+    default = nox("-s", "gate", "--envdir", envdir, matrix=matrix, results_dir=out)  # 98.0.0 -> 99.0.0
+    assert default.returncode == 1
+    assert "torch-98.0.0-cpu.json -> " in default.stderr and "torch-99.0.0-cpu.json (regressed)" in default.stderr
+    fine = nox("-s", "gate", "--envdir", envdir, "--", "--baseline", "97.0.0", "--candidate", "98.0.0", matrix=matrix, results_dir=out)
+    assert fine.returncode == 0, fine.stdout + fine.stderr
+    missing = nox("-s", "gate", "--envdir", envdir, "--", "--candidate", str(out / "nope.json"), matrix=matrix, results_dir=out)
+    assert missing.returncode == 1 and "nope.json (nothing to compare)" in missing.stderr
+
+
+def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    env = {"CONFORMANCE_PYTHON": sys.executable}
+    proc = subprocess.run([*nox_command(), "-f", str(ROOT / "noxfile.py"), "-s", "installed", "--envdir", str(tmp_path / "envs"),
+                           "--", "--device", "cpu", "--promise", "1"],
+                          check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=dict(os.environ, NOX_SCRIPT_MODE="none", CONFORMANCE_RESULTS=str(out), **env))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [path] = out.glob("installed-torch-*-cpu.json")
+    result = results.load(path)
+    assert result["status"] == "completed"
+    assert result["requested"]["torch"] == result["environment"]["torch"].split("+")[0]
+    assert result["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
+    assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir()), "no environment was made"

@@ -26,9 +26,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -77,7 +78,7 @@ def find_uv() -> str | None:
         from uv import find_uv_bin  # type: ignore[import-not-found]
 
         return find_uv_bin()
-    except Exception:
+    except (ImportError, FileNotFoundError):
         return None
 
 
@@ -142,7 +143,7 @@ def install(python: Path, release: Release, *, index_url: str | None = None, pro
         cmd = install_command(python, release, index_url=index_url, requirements_file=requirements_file)
         print(f"cell: {' '.join(cmd)}", flush=True)
         started = time.monotonic()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     outcome = Install(proc.returncode == 0, cmd, proc.stdout, time.monotonic() - started)
     sys.stdout.write(proc.stdout)
     sys.stdout.flush()
@@ -157,7 +158,7 @@ def install(python: Path, release: Release, *, index_url: str | None = None, pro
 
 def probe_torch(python: Path | str) -> dict[str, Any]:
     """The torch (and numpy) the interpreter would import, read without importing torch."""
-    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True)
+    proc = subprocess.run([str(python), "-c", _PROBE], check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"probe_error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return json.loads(proc.stdout)

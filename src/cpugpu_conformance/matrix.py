@@ -249,7 +249,7 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
     except (OSError, UnicodeDecodeError) as exc:
         raise MatrixError([f"{path}: cannot read: {exc}"]) from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
