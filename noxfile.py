@@ -239,7 +239,11 @@ def lint(session: nox.Session) -> None:
     """ruff, matrix.yaml, and the CI workflows."""
     checks = workflow_checks()
     session.install("ruff", "-e", ".", *(["check-jsonschema", "zizmor"] if checks else []))
-    session.run("ruff", "check", ".")
-    session.run("python", "-m", "cpugpu_conformance.matrix", str(MATRIX.path))
-    for command in checks:
-        session.run(*command)
+    failed = []
+    for command in [["ruff", "check", "."], ["python", "-m", "cpugpu_conformance.matrix", str(MATRIX.path)], *checks]:
+        try:  # every check runs, so one run shows every problem
+            session.run(*command)
+        except CommandFailed:
+            failed.append(command[0])
+    if failed:
+        _fail(session, f"lint: {', '.join(failed)} found problems")
