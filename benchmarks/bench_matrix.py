@@ -1,0 +1,163 @@
+"""What the matrix machinery costs, against baselines measured in the same run.
+
+    python benchmarks/bench_matrix.py [--release 2.13.0] [--repeat 3] [--cold-matrix]
+
+(a) a cell whose environment exists: `nox -t torch-X` minus the same pytest command run
+    directly in that environment (the overhead: nox, uv's check, the torch probe, the
+    result handling, the summary). Target: under 3 s.
+(b) creating a cell's environment when uv's cache holds its wheels: the cell's own
+    create + install (torch, numpy, the project) against a bare `uv venv` plus
+    `uv pip install torch numpy`. Target: under 3 s.
+(c) disk: uv's cache plus .nox/, counted once (cell environments are hard links into
+    the cache, so .nox/ adds little).
+(d) --cold-matrix: the whole default matrix with an empty uv cache (a private one, so
+    other work on this machine keeps its cache) and fresh environments; prints the wall
+    time and the disk it took, then deletes it (--keep to look at it). Target: 15 min.
+
+Run it on an idle machine: the figures are wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from cpugpu_conformance import cell, matrix  # noqa: E402
+
+PYTEST_ARGS = ["--promise", "1"]  # the overhead does not depend on how much the suite tests
+
+
+def nox_cmd() -> list[str]:
+    found = shutil.which("nox")
+    return [found] if found else [sys.executable, "-m", "nox"]
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, quiet: bool = True) -> float:
+    started = time.perf_counter()
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}")
+    return elapsed
+
+
+def du_bytes(*paths: Path) -> int:
+    """Disk used by the paths together; a file hard-linked from several of them counts once."""
+    existing = [str(p) for p in paths if p.exists()]
+    if not existing:
+        return 0
+    out = subprocess.run(["du", "-s", "-B1", "-c", *existing], capture_output=True, text=True, check=True).stdout
+    return int(out.strip().splitlines()[-1].split()[0])
+
+
+def gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def uv_cache_dir(env: dict[str, str] | None = None) -> Path:
+    out = subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True, check=True, env=env).stdout
+    return Path(out.strip())
+
+
+def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
+    env = dict(os.environ, CONFORMANCE_RESULTS=str(workdir / "results"))
+    envdir = workdir / "nox"
+    tag = f"torch-{release}"
+    nox_run = [*nox_cmd(), "--envdir", str(envdir), "-t", tag, "--", *PYTEST_ARGS]
+    timed(nox_run, env)  # makes the environment; not measured
+    [venv] = [p for p in envdir.iterdir() if p.is_dir() and "conformance" in p.name]
+    m = matrix.load(ROOT / "matrix.yaml")
+    direct = [str(cell.env_python(venv)), "-m", "pytest", "conformance", "--cell-result", str(workdir / "direct.json"),
+              "--cell-name", "direct", "--hypothesis-profile", m.hypothesis_profile, "-p", "no:cacheprovider",
+              "--device", "cpu", *PYTEST_ARGS]
+    with_cell, bare = [], []
+    for _ in range(repeat):  # interleaved, so drift in machine load hits both alike
+        with_cell.append(timed(nox_run, env))
+        bare.append(timed(direct, env))
+    a, b = statistics.median(with_cell), statistics.median(bare)
+    print(f"(a) cell with its environment: nox -t {tag} {a:.2f} s, the same pytest run directly {b:.2f} s "
+          f"(medians of {repeat}): overhead {a - b:.2f} s, ratio {a / b:.2f} (target: overhead < 3 s)")
+
+
+def env_creation(release: str, repeat: int, workdir: Path) -> None:
+    m = matrix.load(ROOT / "matrix.yaml")
+    rel = m.release(release)
+    uv = cell.find_uv() or "uv"
+    ours, bare = [], []
+    for i in range(repeat):
+        target = workdir / f"bare-{i}"
+        started = time.perf_counter()
+        subprocess.run([uv, "venv", "-q", "--python", m.python, str(target)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(cell.env_python(target)), f"torch=={release}", "numpy"],
+                       check=True)
+        bare.append(time.perf_counter() - started)
+
+        target = workdir / f"cell-{i}"
+        started = time.perf_counter()
+        python = cell.create_env(target, m.python)
+        done = cell.install(python, rel, index_url=m.index_url, project=ROOT)
+        ours.append(time.perf_counter() - started)
+        if not done.ok:
+            raise SystemExit(done.error())
+    a, b = statistics.median(ours), statistics.median(bare)
+    linked = du_bytes(uv_cache_dir(), workdir / "cell-0") - du_bytes(uv_cache_dir())
+    print(f"(b) new cell environment from a warm cache: {a:.2f} s, bare uv venv + uv pip install torch numpy {b:.2f} s "
+          f"(medians of {repeat}): ratio {a / b:.2f} (target: < 3 s); it adds {linked / 1e6:.0f} MB beyond the cache "
+          f"(apparent size {gb(du_bytes(workdir / 'cell-0'))})")
+
+
+def disk() -> None:
+    cache, nox_dir = uv_cache_dir(), ROOT / ".nox"
+    both, alone = du_bytes(cache, nox_dir), du_bytes(nox_dir)
+    print(f"(c) disk: uv cache + .nox/ = {gb(both)} (uv cache {gb(du_bytes(cache))}; .nox/ alone would be {gb(alone)}, "
+          f"adds {gb(both - du_bytes(cache))} because its environments link to the cache)")
+
+
+def cold_matrix(workdir: Path, keep: bool) -> None:
+    cache, envdir, out = workdir / "uv-cache", workdir / "nox", workdir / "results"
+    env = dict(os.environ, UV_CACHE_DIR=str(cache), CONFORMANCE_RESULTS=str(out))
+    started = time.perf_counter()
+    proc = subprocess.run([*nox_cmd(), "--envdir", str(envdir), "-s", "conformance"], cwd=ROOT, env=env, check=False)
+    elapsed = time.perf_counter() - started
+    rows = cell.summarize(out)
+    print(cell.format_summary(rows))
+    print(f"(d) whole default matrix, cold cache: {elapsed / 60:.1f} min for {len(rows)} cells (nox exit {proc.returncode}; "
+          f"target 15 min); disk {gb(du_bytes(cache, envdir))} (uv cache {gb(du_bytes(cache))}, environments add "
+          f"{gb(du_bytes(cache, envdir) - du_bytes(cache))}, apparent {gb(du_bytes(envdir))})")
+    if keep:
+        print(f"kept in {workdir}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--release", default="2.13.0", help="torch release of the warm-cache measurements")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cold-matrix", action="store_true", help="also run the whole matrix from an empty cache (minutes, GBs)")
+    parser.add_argument("--keep", action="store_true", help="keep the cold run's cache, environments and results")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir=os.environ.get("BENCH_TMP")))
+    try:
+        cell_overhead(args.release, args.repeat, workdir / "a")
+        env_creation(args.release, args.repeat, workdir / "b")
+        disk()
+        if args.cold_matrix:
+            cold_matrix(workdir / "d", args.keep)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
