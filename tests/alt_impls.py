@@ -1,0 +1,121 @@
+"""Correct CpuGpuBuffer implementations written unlike the reference: the suite must accept them all."""
+
+from __future__ import annotations
+
+import torch
+
+
+class EmptyThenZero:
+    """torch.empty followed by zero_(), under inference_mode(False)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        with torch.inference_mode(False):
+            self.cpu = torch.empty(size, dtype=dtype, pin_memory=pin_memory)
+            self.gpu = torch.empty(size, dtype=dtype, device=device)
+            if self.cpu.numel():  # zero_ of an empty bits tensor is not implemented; nothing to zero anyway
+                self.cpu.zero_()
+                self.gpu.zero_()
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("NumPy has no bfloat16: construct with with_numpy=False")
+            self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class BlockingCopies:
+    """Blocking copies, and slice(None, n) spelled out."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        with torch.inference_mode(mode=False):
+            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+            self.gpu = torch.zeros(*size, dtype=dtype, device=device)
+        if with_numpy and dtype is torch.bfloat16:
+            raise ValueError("with_numpy=True is impossible for bfloat16; pass with_numpy=False")
+        if with_numpy:
+            self.np = self.cpu.numpy()
+
+    def _copy(self, dst, src, n):
+        rows = slice(None, n)
+        return dst[rows].copy_(src[rows], non_blocking=False)
+
+    def copy_to_gpu(self, n=None):
+        return self._copy(self.gpu, self.cpu, n)
+
+    def copy_to_cpu(self, n=None):
+        return self._copy(self.cpu, self.gpu, n)
+
+
+@torch.inference_mode(False)
+def _allocate(size, dtype, device, pin_memory):
+    host = torch.zeros(size, dtype=dtype, pin_memory=pin_memory)
+    return host, torch.zeros_like(host, device=device)
+
+
+class DecoratedHelper:
+    """Allocation in a helper decorated with @torch.inference_mode(False)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        self.cpu, self.gpu = _allocate(size, dtype, device, pin_memory)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 cannot be viewed by NumPy; use with_numpy=False")
+            self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        if n is None:
+            return self.gpu.copy_(self.cpu, non_blocking=True)
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        if n is None:
+            return self.cpu.copy_(self.gpu, non_blocking=True)
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class DropsPinHintOffCuda(DecoratedHelper):
+    """Drops pin_memory when there is no CUDA device (promise 11), and has extra methods."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        pin_memory = pin_memory and torch.cuda.is_available()
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+
+    def __len__(self):
+        return self.cpu.shape[0]
+
+    def nbytes(self):
+        return self.cpu.numel() * self.cpu.element_size()
+
+    def clear(self):
+        self.cpu.zero_()
+        self.gpu.zero_()
+
+
+class SlotsAndKeywords:
+    """__slots__, keyword-only flags with defaults, and a NumPy view made with np.asarray."""
+
+    __slots__ = ("cpu", "gpu", "np")
+
+    def __init__(self, *size, dtype=torch.float32, device="cpu", pin_memory=False, with_numpy=True):
+        import numpy
+
+        with torch.inference_mode(False):
+            self.cpu = torch.zeros(size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+            self.gpu = torch.zeros(size, dtype=dtype, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16: set with_numpy=False")
+            self.np = numpy.asarray(self.cpu)
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+ALTERNATIVES = (EmptyThenZero, BlockingCopies, DecoratedHelper, DropsPinHintOffCuda, SlotsAndKeywords)
