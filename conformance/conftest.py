@@ -140,3 +140,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     recording.annotate(item, report)
     return report
+
+
+def _nothing_testable(config: pytest.Config) -> bool:
+    devices, not_tested = config.stash[DEVICES_KEY]
+    return all(d in not_tested for d in devices)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every requested device missing means nothing was tested: never let that read as a pass.
+    if _nothing_testable(session.config) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _nothing_testable(config):
+        _, not_tested = config.stash[DEVICES_KEY]
+        reasons = "; ".join(f"{d}: {r}" for d, r in not_tested.items())
+        terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)
