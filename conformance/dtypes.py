@@ -62,7 +62,7 @@ def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
     return DtypeInfo(dtype, name, numpy_name, byte_addressable, copyable, fillable, zeros_empty)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def all_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
     """Every dtype the running torch exposes and can allocate with torch.zeros on `device`, by name."""
     found = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}

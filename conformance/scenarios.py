@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from conformance import strategies as s
 from conformance.contexts import PLAIN
-from cpugpu_conformance.promises import PROMISES as TITLES
 from conformance.repro import Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+from cpugpu_conformance.promises import PROMISES as TITLES
 
 
 def build(

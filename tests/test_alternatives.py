@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from alt_impls import ALTERNATIVES
 from suite_runner import TESTS, run_suite
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from suite_runner import REPO, TESTS, run_suite
 
 from cpugpu_conformance import results
-from suite_runner import REPO, TESTS, run_suite
 
 
 def pytest_suite(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

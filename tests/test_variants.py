@@ -4,10 +4,10 @@ with a reproducer that fails on its own; and it accepts the reference."""
 from __future__ import annotations
 
 import pytest
+from suite_runner import run_script, run_suite
 
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY
 from cpugpu_conformance.variants import VARIANTS, PreFixCpuGpuBuffer
-from suite_runner import run_script, run_suite
 
 
 def test_the_pre_fix_class_comes_first():

@@ -21,7 +21,6 @@ class CpuGpuBuffer:
         with torch.inference_mode(False):
             self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
             self.gpu = torch.zeros_like(self.cpu, device=device)
-        self.np: "numpy.ndarray"  # noqa: F821  (only set when with_numpy=True)
         if with_numpy:
             if dtype == torch.bfloat16:
                 raise ValueError(
