@@ -145,12 +145,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cold-matrix", action="store_true", help="also run the whole matrix from an empty cache (minutes, GBs)")
     parser.add_argument("--keep", action="store_true", help="keep the cold run's cache, environments and results")
+    parser.add_argument("--skip-warm", action="store_true", help="skip (a), (b) and (c)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir=os.environ.get("BENCH_TMP")))
     try:
-        cell_overhead(args.release, args.repeat, workdir / "a")
-        env_creation(args.release, args.repeat, workdir / "b")
-        disk()
+        if not args.skip_warm:
+            cell_overhead(args.release, args.repeat, workdir / "a")
+            env_creation(args.release, args.repeat, workdir / "b")
+            disk()
         if args.cold_matrix:
             cold_matrix(workdir / "d", args.keep)
     finally:

@@ -184,3 +184,9 @@ def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tm
     assert result["requested"]["torch"] == result["environment"]["torch"].split("+")[0]
     assert result["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
     assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir()), "no environment was made"
+
+
+def test_bisect_needs_two_releases() -> None:
+    proc = nox("-s", "bisect", "--", "2.13.0")
+    assert proc.returncode == 1
+    assert "usage: nox -s bisect -- GOOD BAD [--device cpu|cuda] [pytest args]" in proc.stderr
