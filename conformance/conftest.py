@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from conformance import recording, repro
 from conformance.recording import DEVICES_KEY, IMPL, PROMISE_FILTER
@@ -25,6 +25,8 @@ _COMMON = dict(
     report_multiple_bugs=False,  # one failure per test, so the last example run is the reproducer's
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     stateful_step_count=25,
+    # No explain phase: the reproducer says more, and explaining costs more than shrinking.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )
 settings.register_profile("default", max_examples=_EXAMPLES, **_COMMON)
 settings.register_profile("ci", max_examples=2 * _EXAMPLES, derandomize=True, database=None, print_blob=True, **_COMMON)
@@ -83,6 +85,9 @@ def _selected_promises(option: str | None) -> set[str] | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The suite checks semantics on tiny tensors: extra intra-op threads only fight
+    # pytest-xdist workers for the cores.
+    torch.set_num_threads(1)
     config.addinivalue_line("markers", "promise(*numbers): the CONTRACT.md promises a test checks")
     try:
         impl = impl_loader.load(config.getoption("impl"))
