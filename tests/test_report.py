@@ -363,3 +363,20 @@ def test_unwritable_output_is_exit_2_and_keeps_what_was_there(results_dir: Path,
     assert main(["report", str(results_dir), "--out", str(blocker)]) == 2
     assert "cannot write the report" in capsys.readouterr().err
     assert blocker.read_text(encoding="utf-8") == "a file where the folder should be"
+
+
+def test_a_device_the_cell_was_not_asked_for_gets_no_column(tmp_path: Path):
+    d = tmp_path / "r"
+    d.mkdir()
+    cpu_only = rf.completed("2.13.0", cell="torch-2.13.0-cpu")
+    cpu_only["devices"]["cuda"] = {"status": "skipped", "reason": "not requested (--device)"}
+    missing_gpu = rf.completed("2.14.1", cell="torch-2.14.1-all")  # asked for cuda, had none: a skip column
+    crashed = rf.incomplete("2.15.0", "crashed", "killed by SIGABRT", cell="torch-2.15.0-cpu")
+    crashed["requested"] = {"torch": "2.15.0", "device": "cpu"}
+    for name, result in (("a.json", cpu_only), ("b.json", missing_gpu), ("c.json", crashed)):
+        rf.write(d, name, result)
+    assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
+    header, _rule, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert header[1:] == ["2.13.0 cpu", "2.14.1 cpu", "2.14.1 cuda", "2.15.0 cpu"]
+    assert all("skip" in row[3] for row in rows), "a device asked for but missing shows as skipped"
+    assert all("crashed" in row[4] for row in rows)

@@ -136,13 +136,22 @@ class Cell:
         return (version_key(self.release), self.name, self.source)
 
     def devices(self) -> list[str]:
-        """The contract's devices first, then any other device the result talks about."""
-        seen = set(DEVICES)
-        extra: set[str] = set()
-        extra.update(d for d in self.result.get("devices") or {} if d not in seen)
-        for promise in (self.result.get("promises") or {}).values():
-            extra.update(d for d in promise.get("devices") or {} if d not in seen)
-        return list(DEVICES) + sorted(extra)
+        """The devices this cell stands for: those it tested or was asked for.
+
+        A device the cell was never asked to test (a CPU cell's cuda) is no cell of the
+        matrix and gets no column; a device asked for but missing keeps its column (skip,
+        with the reason), and a cell that did not complete shows on the device it asked for.
+        """
+        asked = (self.result.get("requested") or {}).get("device")
+        statuses = self.result.get("devices") or {}
+        if not self.completed or not statuses:
+            return [asked] if asked and asked != "all" else list(DEVICES)
+        shown = [
+            d for d, entry in statuses.items()
+            if not (isinstance(entry, dict) and str(entry.get("reason") or "").startswith("not requested"))
+        ]
+        ordered = [d for d in DEVICES if d in shown] + sorted(d for d in shown if d not in DEVICES)
+        return ordered or list(DEVICES)
 
     def device_status(self, device: str) -> tuple[str | None, str | None]:
         entry = (self.result.get("devices") or {}).get(device)
