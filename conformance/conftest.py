@@ -19,12 +19,12 @@ from cpugpu_conformance.promises import DEVICES, PROMISES
 
 # Examples per test. The default keeps a development run in seconds; `ci` is
 # derandomized with no example database, so the same torch gives the same verdict.
-_EXAMPLES = 100
+_EXAMPLES = 250
 _COMMON = dict(
     deadline=None,  # the first CUDA call in a process takes seconds
     report_multiple_bugs=False,  # one failure per test, so the last example run is the reproducer's
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    stateful_step_count=25,
+    stateful_step_count=40,
     # No explain phase: the reproducer says more, and explaining costs more than shrinking.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )

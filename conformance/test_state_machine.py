@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -25,7 +26,11 @@ from conformance.repro import Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 
 # Dtypes whose values the model can hold exactly: small integers, written and compared.
-MODEL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "complex64")
+# Two shards, each with half the examples, so pytest-xdist can run them side by side.
+MODEL_DTYPES = {
+    "floating": ("float32", "float64", "float16", "bfloat16", "complex64"),
+    "integral": ("int64", "int32", "int8", "uint8", "bool"),
+}
 
 HOST = '''
 def host(t):
@@ -72,17 +77,19 @@ CHECKS = (
 )
 
 
-def _model_dtypes(device: str) -> tuple[dtypes.DtypeInfo, ...]:
-    return tuple(i for i in dtypes.all_dtypes(device) if i.name in MODEL_DTYPES and i.copyable and i.fillable)
+def _model_dtypes(device: str, shard: str) -> tuple[dtypes.DtypeInfo, ...]:
+    names = MODEL_DTYPES[shard]
+    return tuple(i for i in dtypes.all_dtypes(device) if i.name in names and i.copyable and i.fillable)
 
 
 class BufferMachine(RuleBasedStateMachine):
     Buffer: type
     device: str
+    shard: str
 
     @initialize(data=st.data())
     def construct(self, data):
-        info = data.draw(st.sampled_from(_model_dtypes(self.device)), label="dtype")
+        info = data.draw(st.sampled_from(_model_dtypes(self.device, self.shard)), label="dtype")
         self.sc = Scenario(
             self.Buffer,
             "8",
@@ -180,6 +187,8 @@ class BufferMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.promise("3", "5", "8", "9")
-def test_buffer_state_machine(Buffer, device):
-    machine = type(f"BufferMachine_{device}", (BufferMachine,), {"Buffer": Buffer, "device": device})
-    run_state_machine_as_test(machine)
+@pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
+def test_buffer_state_machine(Buffer, device, shard):
+    machine = type(f"BufferMachine_{device}_{shard}", (BufferMachine,), {"Buffer": Buffer, "device": device, "shard": shard})
+    half = settings(settings.default, max_examples=max(1, settings.default.max_examples // len(MODEL_DTYPES)))
+    run_state_machine_as_test(machine, settings=half)
