@@ -173,3 +173,16 @@ def test_different_implementations_or_profiles_are_flagged(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "WARNING: the cells tested different implementations" in out
     assert "WARNING: the cells ran different hypothesis profiles" in out
+
+
+def test_a_table_valued_probe_changes_entry_by_entry(tmp_path, capsys):
+    table = {"float32": {"numpy": "float32"}, "bfloat16": {"numpy": "raises TypeError"}}
+    grown = dict(table, bcomplex32={"numpy": "raises TypeError"}, float32={"numpy": "float64"})
+    baseline = rf.completed("2.13.0", observations={"dtypes": {"value": table}})
+    candidate = rf.completed("2.14.1", observations={"dtypes": {"value": grown}})
+    assert gate(tmp_path, baseline, candidate) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WARNING")]
+    assert warnings == [
+        'WARNING: observed torch behaviour dtypes.bcomplex32: (not probed) -> {"numpy": "raises TypeError"}',
+        'WARNING: observed torch behaviour dtypes.float32: {"numpy": "float32"} -> {"numpy": "float64"}',
+    ]

@@ -316,10 +316,40 @@ def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, st
     return observed, rows
 
 
+_MISSING = object()
+
+
+def _table(obs: Any) -> dict[str, Any] | None:
+    """The entries of a table-valued probe (the dtypes table, say), else None."""
+    outcome = _outcome(obs)
+    if isinstance(outcome, dict) and set(outcome) == {"value"} and isinstance(outcome["value"], dict):
+        return outcome["value"]
+    return None
+
+
+def _entry_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
 def observation_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
-    """(probe, before text, after text) for every probe whose outcome differs; None: not probed."""
-    changes = []
+    """(probe, before text, after text) for every probe whose outcome differs; None: not probed.
+
+    A table-valued probe changes entry by entry ("dtypes.bcomplex32"), so a new dtype
+    reads as one line, not as two copies of the whole table.
+    """
+    changes: list[tuple[str, str | None, str | None]] = []
     for probe in sorted(set(before) | set(after)):
+        b_table, a_table = _table(before.get(probe)), _table(after.get(probe))
+        if b_table is not None and a_table is not None:
+            for key in sorted(set(b_table) | set(a_table)):
+                b_entry, a_entry = b_table.get(key, _MISSING), a_table.get(key, _MISSING)
+                if b_entry != a_entry:
+                    changes.append((
+                        f"{probe}.{key}",
+                        None if b_entry is _MISSING else _entry_text(b_entry),
+                        None if a_entry is _MISSING else _entry_text(a_entry),
+                    ))
+            continue
         b = observation_key(before[probe]) if probe in before else None
         a = observation_key(after[probe]) if probe in after else None
         if a != b:
