@@ -59,4 +59,3 @@ CONTEXTS: tuple[Context, ...] = (
 )
 
 PLAIN = CONTEXTS[0]
-BY_NAME = {c.name: c for c in CONTEXTS}

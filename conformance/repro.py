@@ -23,9 +23,6 @@ _state: dict[str, Any] = {
     "impl_import": "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n",
 }
 
-CONSTRUCT = "Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)"
-
-
 def set_impl_import(code: str) -> None:
     _state["impl_import"] = code
 
