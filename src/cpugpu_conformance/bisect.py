@@ -37,7 +37,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from cpugpu_conformance import results
+from cpugpu_conformance import compat, results
 from cpugpu_conformance.promises import RECORDED_ONLY
 
 PACKAGE = "torch"
@@ -199,7 +199,7 @@ def signature(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"promises": promises, "observations": observations}
 
 
-_ABSENT = object()
+_ABSENT = compat.MISSING
 
 
 def _text(value: Any) -> str:
@@ -213,16 +213,6 @@ def _promise_order(key: str) -> tuple[int, str]:
     return (int(pid) if pid.isdigit() else 10**6, device)
 
 
-def _diff_values(where: str, a: Any, b: Any, lines: list[str]) -> None:
-    """One line per differing leaf, so a table-valued probe names the entry that changed."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if a.get(key, _ABSENT) != b.get(key, _ABSENT):
-                _diff_values(f"{where}.{key}", a.get(key, _ABSENT), b.get(key, _ABSENT), lines)
-    else:
-        lines.append(f"observation {where}: {_text(a)} -> {_text(b)}")
-
-
 def diff(sig_a: dict[str, dict[str, Any]], sig_b: dict[str, dict[str, Any]]) -> list[str]:
     """Human-readable lines, one per promise/device or observed value that differs."""
     lines: list[str] = []
@@ -233,7 +223,8 @@ def diff(sig_a: dict[str, dict[str, Any]], sig_b: dict[str, dict[str, Any]]) -> 
     a_o, b_o = sig_a.get("observations", {}), sig_b.get("observations", {})
     for key in sorted(set(a_o) | set(b_o)):
         if a_o.get(key, _ABSENT) != b_o.get(key, _ABSENT):
-            _diff_values(key, a_o.get(key, _ABSENT), b_o.get(key, _ABSENT), lines)
+            for path, before, after in compat.value_changes(key, a_o.get(key, _ABSENT), b_o.get(key, _ABSENT)):
+                lines.append(f"observation {path}: {_text(before)} -> {_text(after)}")
     return lines
 
 

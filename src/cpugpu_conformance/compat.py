@@ -316,7 +316,21 @@ def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, st
     return observed, rows
 
 
-_MISSING = object()
+MISSING = object()  # one side of a comparison has no such entry
+
+
+def value_changes(where: str, a: Any, b: Any, depth: int | None = None) -> list[tuple[str, Any, Any]]:
+    """(path, before, after) for each differing entry, descending into dicts present on both
+    sides up to `depth` levels (None: all the way), so a change names the entry that changed."""
+    if a == b:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict) and (depth is None or depth > 0):
+        deeper = None if depth is None else depth - 1
+        changes: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(a) | set(b), key=str):
+            changes += value_changes(f"{where}.{key}", a.get(key, MISSING), b.get(key, MISSING), deeper)
+        return changes
+    return [(where, a, b)]
 
 
 def _table(obs: Any) -> dict[str, Any] | None:
@@ -341,14 +355,12 @@ def observation_changes(before: dict[str, Any], after: dict[str, Any]) -> list[t
     for probe in sorted(set(before) | set(after)):
         b_table, a_table = _table(before.get(probe)), _table(after.get(probe))
         if b_table is not None and a_table is not None:
-            for key in sorted(set(b_table) | set(a_table)):
-                b_entry, a_entry = b_table.get(key, _MISSING), a_table.get(key, _MISSING)
-                if b_entry != a_entry:
-                    changes.append((
-                        f"{probe}.{key}",
-                        None if b_entry is _MISSING else _entry_text(b_entry),
-                        None if a_entry is _MISSING else _entry_text(a_entry),
-                    ))
+            for path, b_entry, a_entry in value_changes(probe, b_table, a_table, depth=1):
+                changes.append((
+                    path,
+                    None if b_entry is MISSING else _entry_text(b_entry),
+                    None if a_entry is MISSING else _entry_text(a_entry),
+                ))
             continue
         b = observation_key(before[probe]) if probe in before else None
         a = observation_key(after[probe]) if probe in after else None
