@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import dtypes
 from conformance import strategies as s
 from conformance.scenarios import build
 from conformance.snippets import CONSTRUCT
@@ -49,10 +51,8 @@ def test_numpy_view_shares_memory(Buffer, device, data):
 @pytest.mark.promise("6")
 @given(data=st.data())
 def test_bfloat16_with_numpy_raises_value_error(Buffer, device, data):
-    if not hasattr(__import__("torch"), "bfloat16"):
+    if not hasattr(torch, "bfloat16"):
         pytest.skip("this torch has no bfloat16")
-    from conformance import dtypes
-
     sc = build(Buffer, "6", device, data, st.just(dtypes.by_name("bfloat16", device)), with_numpy=True, construct=False)
     sc.run(
         f"""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import numpy
 import pytest
+import torch
 from suite_runner import REPO, TESTS, run_suite
 
 from cpugpu_conformance import results
@@ -59,7 +62,7 @@ def test_help_lists_the_options():
         assert option in out, option
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_missing_device_is_skipped_never_passed(tmp_path):
     run = run_suite(tmp_path, "--device", "cuda", profile="default")
     assert run.returncode == 5, "no device tested must not exit 0"
@@ -78,9 +81,6 @@ def test_cell_result_file(tmp_path):
     assert loaded["impl"] == "cpugpu_conformance.reference:CpuGpuBuffer"
     assert loaded["hypothesis_profile"] == "default"
     env = loaded["environment"]
-    import numpy
-    import torch
-
     assert env["torch"] == torch.__version__ and env["numpy"] == numpy.__version__
     assert env["torch_cuda"] == torch.version.cuda and "python" in env and "platform" in env
     assert loaded["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
@@ -95,7 +95,7 @@ def test_profiles_and_ci_default(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--promise", "11",
          "--cell-result", str(tmp_path / "ci.json")],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "CI": "true"},
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"},
     )
     assert proc.returncode == 0
     assert json.loads((tmp_path / "ci.json").read_text())["hypothesis_profile"] == "ci"
