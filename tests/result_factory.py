@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from cpugpu_conformance import results
-from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY
+from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 from cpugpu_conformance.results import new_result
 
 
-def validate(result: dict[str, Any]) -> dict[str, Any]:
-    return results.validate(result, "<result_factory>")
+def validate(result: Any) -> dict[str, Any]:
+    """A plain dict of the result, checked by the model (tests edit it, then write it)."""
+    return dict(results.CellResult(dict(result), "<result_factory>").to_json())
 
 PIN_MEMORY_TEXT = "RuntimeError: Cannot access accelerator device when none is available."
 
@@ -49,7 +50,7 @@ def environment(torch: str, cuda: bool = False) -> dict[str, Any]:
 def devices(cuda: bool = False) -> dict[str, Any]:
     return {
         "cpu": {"status": "tested"},
-        "cuda": {"status": "tested"} if cuda else {"status": "skipped", "reason": "no CUDA device on this machine"},
+        "cuda": {"status": "tested"} if cuda else {"status": "not_requested", "reason": "not requested: no CUDA device"},
     }
 
 
@@ -77,10 +78,11 @@ def completed(
         per_device: dict[str, Any] = {}
         for device in ("cpu", "cuda"):
             if device not in tested:
-                per_device[device] = {"verdict": "skipped", "passed": 0, "failed": 0, "skipped": 1,
-                                      "reason": "no CUDA device on this machine"}
+                per_device[device] = {"verdict": "not_requested", "reason": "not requested: no CUDA device"}
+            elif not applies(number, device):
+                per_device[device] = {"verdict": "not_applicable"}
             elif number in RECORDED_ONLY:
-                per_device[device] = {"verdict": "recorded", "observed": observed_11}
+                per_device[device] = {"verdict": "recorded", "passed": 2, "failed": 0, "skipped": 0, "observed": observed_11}
             elif (number, device) in failed:
                 failures = failed[(number, device)]
                 per_device[device] = {"verdict": "failed", "passed": 2, "failed": len(failures), "skipped": 0,
@@ -91,7 +93,7 @@ def completed(
     result = new_result(
         cell or f"torch-{torch}",
         "completed",
-        requested={"torch": torch},
+        requested={"torch": torch, "device": "all" if cuda else "cpu"},
         environment=environment(torch, cuda),
         devices=devices(cuda),
         promises=promises,
@@ -107,7 +109,7 @@ def completed(
 
 def incomplete(torch: str, status: str, detail: str, *, cell: str | None = None) -> dict[str, Any]:
     """A cell that never produced verdicts (crashed, timed_out, not_installed, ...)."""
-    return validate(new_result(cell or f"torch-{torch}", status, requested={"torch": torch}, detail=detail))
+    return validate(new_result(cell or f"torch-{torch}", status, requested={"torch": torch, "device": "cpu"}, detail=detail))
 
 
 def failure(test: str, message: str, reproducer: str | None) -> dict[str, Any]:

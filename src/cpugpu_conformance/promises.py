@@ -20,3 +20,14 @@ PROMISES: dict[str, str] = {
 RECORDED_ONLY = frozenset({"11"})
 
 DEVICES = ("cpu", "cuda")
+
+# Promises the contract states for some devices only; every other promise applies to every
+# device. A promise that does not apply has no check to run there, which is not a skip.
+APPLIES_TO: dict[str, tuple[str, ...]] = {
+    "10": ("cuda",),  # CUDA specifics: pinned memory, non-blocking copies
+    "11": ("cpu",),  # pin_memory=True with no accelerator
+}
+
+
+def applies(promise: str, device: str) -> bool:
+    return device in APPLIES_TO.get(promise, (device,))
