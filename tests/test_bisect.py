@@ -1,4 +1,4 @@
-"""bisect: the release listing, the range, the signature and the search, with fake cells (no network, no torch)."""
+"""bisect: the release listing, the range, what counts as a change and the search, with fake cells (no network, no torch)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+import result_factory as rf
 
 from cpugpu_conformance import bisect, results
-from cpugpu_conformance.promises import PROMISES
 
 RELEASES = ["2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0"]
 
@@ -34,25 +34,13 @@ def cell_result(
     observed11="raises RuntimeError",
     numpy_dtypes=("bool", "float32"),
 ):
-    """A completed cell result as the suite writes it, with the parts the signature reads."""
-    promises = {}
-    for pid, title in PROMISES.items():
-        if pid == "11":
-            cpu = {"verdict": "recorded", "observed": observed11}
-        else:
-            cpu = {"verdict": verdict3 if pid == "3" else "passed", "passed": 7, "failed": 0, "skipped": 0}
-        promises[pid] = {"title": title, "devices": {"cpu": cpu, "cuda": {"verdict": "skipped", "reason": "no GPU"}}}
-    return results.new_result(
-        f"torch-{release}",
-        "completed",
-        environment={"torch": release},
-        promises=promises,
-        observations={
-            "pin_memory_without_accelerator": pin_error,
-            "numpy_dtypes": {"doc": "which dtypes .numpy() accepts", "value": numpy_dtypes},
-        },
-        duration_s=12.5,
-    )
+    """A completed cell result as the suite writes it, with the parts the answer is made of."""
+    failed = {("3", "cpu"): [rf.failure("test_mutable", "refused", None)]} if verdict3 == "failed" else None
+    observations = {
+        "pin_memory_without_accelerator": pin_error,
+        "numpy_dtypes": {"doc": "which dtypes .numpy() accepts", "value": list(numpy_dtypes)},
+    }
+    return results.CellResult(rf.completed(release, observed_11=observed11, observations=observations, failed=failed))
 
 
 class FakeCells:
@@ -144,53 +132,78 @@ def test_bisect_needs_two_releases():
         bisect.bisect_first_change(["2.5.1"], FakeCells(None))
 
 
-# ----------------------------------------------------------------------------- signature and diff
+# ----------------------------------------------------------------------------- what counts as a change
 
 
-def test_signature_ignores_counts_and_timings_but_not_verdicts_or_recorded_text():
-    base = bisect.signature(cell_result("2.5.1"))
-    noisy = cell_result("2.6.0")
-    noisy["duration_s"] = 99.0
-    noisy["promises"]["1"]["devices"]["cpu"]["passed"] = 100
-    noisy["observations"]["numpy_dtypes"]["doc"] = "reworded description"
-    assert bisect.signature(noisy) == base
+def edited(result: results.CellResult, edit) -> results.CellResult:
+    data = result.to_json()
+    edit(data)
+    return results.CellResult(data)
 
-    regressed = bisect.signature(cell_result("2.6.0", verdict3="failed"))
-    assert bisect.diff(base, regressed) == ["promise 3 on cpu: passed -> failed"]
 
-    recorded = bisect.signature(cell_result("2.6.0", observed11="no error, tensor not pinned"))
-    assert bisect.diff(base, recorded) == [
-        "promise 11 on cpu: recorded: raises RuntimeError -> recorded: no error, tensor not pinned"
+def test_counts_timings_and_probe_descriptions_are_no_change_but_verdicts_and_recorded_text_are():
+    base = cell_result("2.5.1")
+
+    def noise(data):
+        data["duration_s"] = 99.0
+        data["promises"]["1"]["devices"]["cpu"]["passed"] = 100
+        data["observations"]["numpy_dtypes"]["doc"] = "reworded description"
+
+    assert bisect.changes(base, edited(cell_result("2.6.0"), noise)) == []
+    assert bisect.changes(base, cell_result("2.6.0", verdict3="failed")) == [
+        "promise 3 (Mutable wherever they were made) on cpu: passed -> failed (test_mutable: refused)"
     ]
-
-    more_dtypes = bisect.signature(cell_result("2.6.0", numpy_dtypes=["bool", "float32", "uint16"]))
-    assert bisect.diff(base, more_dtypes) == [
+    assert bisect.changes(base, cell_result("2.6.0", observed11="no error, tensor not pinned")) == [
+        "promise 11 (pin_memory=True with no accelerator (implementation-defined)) on cpu: "
+        "recorded (raises RuntimeError) -> recorded (no error, tensor not pinned)"
+    ]
+    assert bisect.changes(base, cell_result("2.6.0", numpy_dtypes=["bool", "float32", "uint16"])) == [
         'observation numpy_dtypes: ["bool", "float32"] -> ["bool", "float32", "uint16"]'
     ]
 
 
-def test_diff_of_a_table_valued_observation_names_the_entry_that_changed():
+def test_a_promise_that_became_untested_is_a_change():
+    def skip(data):
+        data["promises"]["5"]["devices"]["cpu"] = {"verdict": "skipped", "reason": "numpy missing", "passed": 0, "skipped": 1}
+
+    assert bisect.changes(cell_result("2.5.1"), edited(cell_result("2.6.0"), skip)) == [
+        "promise 5 (A true NumPy view) on cpu: passed -> untested (numpy missing)"
+    ]
+
+
+def test_a_table_valued_observation_names_the_entry_that_changed():
     old = {"bool": {"numpy": "bool", "zeros": "ok"}, "complex32": {"numpy": "raises TypeError", "zeros": "ok"}}
     new = {**old, "complex32": {"numpy": "raises TypeError", "zeros": "ok", "copy_": "ok"},
            "bcomplex32": {"numpy": "raises TypeError", "zeros": "ok"}}
-    a = {"promises": {}, "observations": {"dtypes": old}}
-    b = {"promises": {}, "observations": {"dtypes": new}}
-    assert bisect.diff(a, b) == [
+
+    def with_table(table):
+        return lambda data: data["observations"].update(dtypes={"value": table})
+
+    a, b = edited(cell_result("2.5.1"), with_table(old)), edited(cell_result("2.6.0"), with_table(new))
+    assert bisect.changes(a, b) == [
         'observation dtypes.bcomplex32: (absent) -> {"numpy": "raises TypeError", "zeros": "ok"}',
-        "observation dtypes.complex32.copy_: (absent) -> ok",
+        'observation dtypes.complex32: {"numpy": "raises TypeError", "zeros": "ok"} -> '
+        '{"copy_": "ok", "numpy": "raises TypeError", "zeros": "ok"}',
     ]
 
 
-def test_diff_orders_promises_numerically_and_names_absent_entries():
-    a = {"promises": {"2 on cpu": "passed", "10 on cpu": "passed"}, "observations": {"x": "1"}}
-    b = {"promises": {"2 on cpu": "failed", "10 on cpu": "failed"}, "observations": {"y": "2"}}
-    assert bisect.diff(a, b) == [
-        "promise 2 on cpu: passed -> failed",
-        "promise 10 on cpu: passed -> failed",
+def test_changes_order_promises_numerically_and_name_absent_probes():
+    def a_edit(data):
+        data["observations"] = {"x": {"value": "1"}}
+
+    def b_edit(data):
+        for promise in ("2", "9"):
+            data["promises"][promise]["devices"]["cpu"].update(verdict="failed", failed=1, failures=[rf.failure("t", "m", None)])
+        data["observations"] = {"y": {"value": "2"}}
+
+    a, b = edited(cell_result("2.5.1"), a_edit), edited(cell_result("2.6.0"), b_edit)
+    assert bisect.changes(a, b) == [
+        "promise 2 (Zeroed) on cpu: passed -> failed (t: m)",
+        "promise 9 (In place, for life) on cpu: passed -> failed (t: m)",
         "observation x: 1 -> (absent)",
         "observation y: (absent) -> 2",
     ]
-    assert bisect.diff(a, a) == []
+    assert bisect.changes(a, a) == []
 
 
 # ----------------------------------------------------------------------------- releases

@@ -1,4 +1,8 @@
-"""gate: baseline cell vs candidate cell -> exit 0, 1 (regression) or 2 (cannot compare)."""
+"""gate: baseline cell vs candidate cell -> exit 0, 1 (regression) or 2 (cannot compare).
+
+The gate compares verdicts only: every promise and device it is asked about needs a verdict
+on both sides, or it refuses (exit 2) naming each gap. Nothing untested is ever a pass.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ def gate(tmp_path: Path, baseline, candidate, *extra: str) -> int:
 def test_same_verdicts_pass(tmp_path, capsys):
     assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0")) == 0
     out = capsys.readouterr().out
-    assert out.rstrip().splitlines()[-1].startswith("PASS: all 10 promise checks")
+    assert out.rstrip().splitlines()[-1].startswith("PASS: all 9 promise checks")
     assert "compared devices: cpu" in out and "WARNING" not in out
 
 
@@ -40,19 +44,66 @@ def test_a_failed_promise_is_a_regression_with_its_reproducer(tmp_path, capsys):
     assert "test_mutable_outside_inference" in out and "AssertionError: refused" in out
     # the reproducer is printed whole, indented, ready to copy
     assert "\n    import torch\n    b = torch.zeros(4)\n    b.add_(1)  # raises on 2.15.0\n" in out
-    assert out.rstrip().splitlines()[-1] == "FAIL: 1 regression(s) out of 10 promise checks that passed in the baseline"
+    assert out.rstrip().splitlines()[-1] == "FAIL: 1 regression(s) out of 9 promise checks that passed in the baseline"
 
 
-def test_a_promise_missing_from_the_candidate_is_a_regression(tmp_path, capsys):
-    assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", drop_promises=("8",))) == 1
-    assert "promise 8 (Partial copies) on cpu: passed -> missing" in capsys.readouterr().out
+def errors(capsys) -> list[str]:
+    captured = capsys.readouterr()
+    assert captured.out == "", "a refused comparison prints no verdict"
+    lines = captured.err.strip().splitlines()
+    assert all(line.startswith("cpugpu-conformance gate: error: ") for line in lines), lines
+    return [line.removeprefix("cpugpu-conformance gate: error: ") for line in lines]
 
 
-def test_a_promise_skipped_in_the_candidate_is_a_regression(tmp_path, capsys):
+def test_a_promise_missing_from_the_candidate_is_exit_2_naming_it(tmp_path, capsys):
+    assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", drop_promises=("8",))) == 2
+    lines = errors(capsys)
+    assert lines[0] == "nothing to compare (1 gap(s)), refusing to pass:"
+    assert "candidate torch-2.15.0" in lines[1] and "no verdict for promise 8 (Partial copies) on cpu: untested" in lines[1]
+
+
+def test_a_promise_skipped_in_the_candidate_is_exit_2_naming_it(tmp_path, capsys):
     candidate = rf.completed("2.15.0")
     candidate["promises"]["5"]["devices"]["cpu"] = {"verdict": "skipped", "reason": "numpy missing"}
-    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 1
-    assert "promise 5 (A true NumPy view) on cpu: passed -> skipped" in capsys.readouterr().out
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 2
+    assert "no verdict for promise 5 (A true NumPy view) on cpu: untested (numpy missing)" in errors(capsys)[1]
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_a_pass_with_no_check_that_ran_is_no_verdict(tmp_path, capsys, side):
+    empty = rf.completed("2.14.1")
+    empty["promises"]["2"]["devices"]["cpu"] = {"verdict": "passed", "passed": 0, "failed": 0, "skipped": 0}
+    pair = (empty, rf.completed("2.15.0")) if side == "baseline" else (rf.completed("2.13.0"), empty)
+    assert gate(tmp_path, *pair) == 2
+    assert "untested (recorded as passed, but no check of it ran)" in errors(capsys)[1]
+
+
+def test_a_baseline_that_tested_nothing_is_exit_2_never_all_0_checks_hold(tmp_path, capsys):
+    """--device cuda on a machine without CUDA: every promise skipped. The old gate said 'all 0 hold'."""
+    nothing = rf.completed("2.14.1")
+    nothing["devices"] = {"cpu": {"status": "not_requested", "reason": "--device cuda"},
+                          "cuda": {"status": "skipped", "reason": "no CUDA device"}}
+    assert gate(tmp_path, nothing, rf.completed("2.15.0")) == 2
+    lines = errors(capsys)
+    # promises 1-10 apply to cuda (11 does not): the baseline skipped them, the candidate was never asked
+    assert len(lines) == 1 + 10 + 10
+    assert sum("baseline torch-2.14.1" in line and "on cuda: untested (no CUDA device)" in line for line in lines) == 10
+    assert sum("candidate torch-2.15.0" in line and "on cuda: not requested" in line for line in lines) == 10
+
+
+@pytest.mark.parametrize("status", ["interrupted", "timed_out", "crashed"])
+def test_a_baseline_from_a_run_that_did_not_finish_is_exit_2(tmp_path, capsys, status):
+    assert gate(tmp_path, rf.incomplete("2.14.1", status, "killed"), rf.completed("2.15.0")) == 2
+    lines = errors(capsys)
+    assert "baseline torch-2.14.1" in lines[1] and f"did not complete: {status.replace('_', ' ')}: killed" in lines[1]
+
+
+def test_asking_for_a_promise_subset_run_is_exit_2(tmp_path, capsys):
+    subset = rf.completed("2.15.0")
+    subset["requested"]["promises"] = ["1", "3"]
+    assert gate(tmp_path, rf.completed("2.14.1"), subset) == 2
+    lines = errors(capsys)
+    assert len(lines) == 1 + 8 and all("untested" not in line and "not requested" in line for line in lines[1:])
 
 
 def test_a_promise_that_already_failed_is_no_regression_and_a_fix_is_reported(tmp_path, capsys):
@@ -61,31 +112,21 @@ def test_a_promise_that_already_failed_is_no_regression_and_a_fix_is_reported(tm
     candidate = rf.completed("2.15.0", failed={("2", "cpu"): f})
     assert gate(tmp_path, baseline, candidate) == 0
     out = capsys.readouterr().out
-    assert "fixed: promise 4 (Two storages) on cpu: failed -> passed" in out
-    assert "REGRESSION" not in out and "PASS: all 8 promise checks" in out
+    assert "fixed: promise 4 (Two storages) on cpu: failed (test_zeroed: not zero) -> passed" in out
+    assert "REGRESSION" not in out and "PASS: all 7 promise checks" in out
 
 
-def test_a_candidate_that_did_not_complete_fails_the_gate(tmp_path, capsys):
-    candidate = rf.incomplete("2.15.0", "crashed", "collected 40 items\nFatal Python error: Aborted")
-    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 1
-    out = capsys.readouterr().out
-    assert "REGRESSION: candidate cell did not complete: crashed" in out
-    assert "    Fatal Python error: Aborted" in out
-    assert "PASS" not in out
+def test_a_candidate_that_did_not_complete_is_refused(tmp_path, capsys):
+    candidate = rf.incomplete("2.15.0", "crashed", "killed by SIGABRT; last lines of the log:\nFatal Python error: Aborted")
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 2
+    lines = errors(capsys)
+    assert lines[1].startswith("candidate torch-2.15.0 (") and lines[1].endswith("did not complete: crashed: killed by SIGABRT; last lines of the log")
 
 
-@pytest.mark.parametrize("status", ["timed_out", "not_installed", "wrong_torch", "error"])
+@pytest.mark.parametrize("status", ["interrupted", "timed_out", "not_installed", "wrong_torch", "error"])
 def test_no_incomplete_candidate_passes(tmp_path, capsys, status):
-    assert gate(tmp_path, rf.completed("2.14.1"), rf.incomplete("2.15.0", status, "why")) == 1
-    assert f"did not complete: {status}" in capsys.readouterr().out
-
-
-def test_a_baseline_that_did_not_complete_is_exit_2(tmp_path, capsys):
-    assert gate(tmp_path, rf.incomplete("2.14.1", "timed_out", "limit"), rf.completed("2.15.0")) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    err = captured.err.strip()
-    assert len(err.splitlines()) == 1 and "baseline cell torch-2.14.1" in err and "timed_out" in err
+    assert gate(tmp_path, rf.completed("2.14.1"), rf.incomplete("2.15.0", status, "why")) == 2
+    assert f"did not complete: {status.replace('_', ' ')}: why" in errors(capsys)[1]
 
 
 @pytest.mark.parametrize("problem", ["missing", "not-json", "not-a-result"])
@@ -111,7 +152,8 @@ def test_promise_11_never_fails_the_gate_but_a_change_is_a_warning(tmp_path, cap
     candidate["promises"]["11"]["devices"]["cpu"]["verdict"] = "failed"  # even a 'failed' record is not judged
     assert gate(tmp_path, baseline, candidate, "--strict") == 0
     out = capsys.readouterr().out
-    assert "WARNING: promise 11" in out and "'dropped the hint: not pinned'" in out
+    assert ("WARNING: promise 11 (pin_memory=True with no accelerator (implementation-defined)) on cpu recorded something else: "
+            "recorded (RuntimeError: no accelerator) -> failed (dropped the hint: not pinned) (recorded, not judged)") in out
 
 
 def test_observation_changes_warn_and_fail_only_with_strict(tmp_path, capsys):
@@ -141,14 +183,15 @@ def test_a_probe_that_appears_or_disappears_is_a_change(tmp_path, capsys):
     assert "numpy.dtypes: [\"bool\", \"float32\", \"int64\"] -> (not probed)" in capsys.readouterr().out
 
 
-def test_only_devices_tested_by_both_are_compared(tmp_path, capsys):
+def test_a_device_the_candidate_did_not_test_is_refused_unless_left_out(tmp_path, capsys):
     baseline = rf.completed("2.14.1", cuda=True)
-    # the candidate ran on a machine without a GPU: cuda skipped, so its cuda verdicts are not compared
+    # the candidate ran on a machine without a GPU: it has no cuda verdicts
     candidate = rf.completed("2.15.0", cuda=False)
-    assert gate(tmp_path, baseline, candidate) == 0
-    out = capsys.readouterr().out
-    assert "compared devices: cpu" in out
-    assert "WARNING: device cuda was tested in the baseline but not in the candidate (skipped: no CUDA device" in out
+    assert gate(tmp_path, baseline, candidate) == 2
+    lines = errors(capsys)
+    assert len(lines) == 1 + 10 and all(line.endswith("not requested (not requested: no CUDA device)") for line in lines[1:])
+    assert gate(tmp_path, baseline, candidate, "--device", "cpu") == 0
+    assert "compared devices: cpu\n" in capsys.readouterr().out
 
 
 def test_a_regression_on_cuda_is_caught_when_both_tested_it(tmp_path, capsys):
@@ -159,11 +202,11 @@ def test_a_regression_on_cuda_is_caught_when_both_tested_it(tmp_path, capsys):
     assert "promise 10 (Devices) on cuda: passed -> failed" in out and "PASS: all" not in out
 
 
-def test_no_device_tested_by_both_is_exit_2(tmp_path, capsys):
+def test_a_device_the_candidate_skipped_is_exit_2(tmp_path, capsys):
     candidate = rf.completed("2.15.0")
-    candidate["devices"]["cpu"] = {"status": "skipped", "reason": "--device cuda"}
+    candidate["devices"]["cpu"] = {"status": "skipped", "reason": "no such device"}
     assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 2
-    assert "no device was tested by both cells" in capsys.readouterr().err
+    assert "on cpu: untested (no such device)" in errors(capsys)[1]
 
 
 def test_different_implementations_or_profiles_are_flagged(tmp_path, capsys):

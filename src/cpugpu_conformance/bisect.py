@@ -2,9 +2,9 @@
 
 ``nox -s bisect -- GOOD BAD`` lists the final torch releases from GOOD to BAD on the
 package index, runs the suite in a fresh environment for as few of them as a binary
-search needs, and names the first release whose *signature* (every promise's verdict
+search needs, and names the first release whose *answer* (every promise's verdict
 per device, the recorded text of promise 11, and every observed torch behaviour)
-differs from GOOD's.
+differs from GOOD's (``results.diff``).
 
 The search assumes one change point: every release up to some X answers like GOOD and
 every release from X on answers differently. When behaviour changes and changes back
@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -37,8 +37,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from cpugpu_conformance import compat, results
-from cpugpu_conformance.promises import RECORDED_ONLY
+from cpugpu_conformance import results
 
 PACKAGE = "torch"
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -163,69 +162,17 @@ def releases_between(good: str, bad: str, available: list[str]) -> list[str]:
     return [by_version[v] for v in sorted(by_version) if good_v <= v <= bad_v]
 
 
-# --------------------------------------------------------------------------- signatures
+# --------------------------------------------------------------------------- comparing
 
 
-def _outcome(observation: Any) -> Any:
-    """What an observation found, without the probe's description.
+def changes(good: results.CellResult, other: results.CellResult) -> list[str]:
+    """How ``other`` answers differently from ``good``, one line each; empty when they agree.
 
-    observe.observe_all() records ``{"doc", "value"}`` or ``{"doc", "error": {"type",
-    "message"}}``: the value itself, or the text ``raises Type: message``.
+    The answer is every promise's outcome per device (with what a recorded-only promise
+    recorded) and every observed torch behaviour, compared by ``results.diff``: counts,
+    timings and environment differ without the answer changing.
     """
-    if isinstance(observation, dict):
-        error = observation.get("error")
-        if isinstance(error, dict):
-            return f"raises {error.get('type', '?')}: {error.get('message', '')}"
-        if "value" in observation:
-            return observation["value"]
-    return observation
-
-
-def signature(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """What must stay equal between releases for the contract's answer to be the same.
-
-    ``{"promises": {"<id> on <device>": verdict}, "observations": {probe: outcome}}``; for
-    a recorded-only promise (11) the verdict carries what was observed. Counts, timings
-    and environment are left out: they differ without the answer changing.
-    """
-    promises: dict[str, str] = {}
-    for pid, promise in (result.get("promises") or {}).items():
-        for device, outcome in (promise.get("devices") or {}).items():
-            verdict = outcome.get("verdict", "?")
-            if pid in RECORDED_ONLY:
-                verdict = f"{verdict}: {outcome.get('observed')}"
-            promises[f"{pid} on {device}"] = verdict
-    observations = {name: _outcome(value) for name, value in (result.get("observations") or {}).items()}
-    return {"promises": promises, "observations": observations}
-
-
-_ABSENT = compat.MISSING
-
-
-def _text(value: Any) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-
-def _promise_order(key: str) -> tuple[int, str]:
-    pid, _, device = key.partition(" on ")
-    return (int(pid) if pid.isdigit() else 10**6, device)
-
-
-def diff(sig_a: dict[str, dict[str, Any]], sig_b: dict[str, dict[str, Any]]) -> list[str]:
-    """Human-readable lines, one per promise/device or observed value that differs."""
-    lines: list[str] = []
-    a_p, b_p = sig_a.get("promises", {}), sig_b.get("promises", {})
-    for key in sorted(set(a_p) | set(b_p), key=_promise_order):
-        if a_p.get(key, _ABSENT) != b_p.get(key, _ABSENT):
-            lines.append(f"promise {key}: {_text(a_p.get(key, _ABSENT))} -> {_text(b_p.get(key, _ABSENT))}")
-    a_o, b_o = sig_a.get("observations", {}), sig_b.get("observations", {})
-    for key in sorted(set(a_o) | set(b_o)):
-        if a_o.get(key, _ABSENT) != b_o.get(key, _ABSENT):
-            for path, before, after in compat.value_changes(key, a_o.get(key, _ABSENT), b_o.get(key, _ABSENT)):
-                lines.append(f"observation {path}: {_text(before)} -> {_text(after)}")
-    return lines
+    return results.diff(good, other).change_lines()
 
 
 # --------------------------------------------------------------------------- the search
@@ -269,10 +216,10 @@ def _probe_order(lo: int, hi: int) -> list[int]:
 
 def bisect_first_change(
     releases: list[str],
-    probe: Callable[[str], dict[str, Any]],
+    probe: Callable[[str], results.CellResult],
     on_step: Callable[[Step], None] | None = None,
 ) -> Bisection:
-    """Binary-search ``releases`` (oldest first) for the first whose signature differs from ``releases[0]``'s.
+    """Binary-search ``releases`` (oldest first) for the first that answers differently from ``releases[0]``.
 
     ``probe(release)`` returns that release's cell result (it is expensive: a new
     environment and a suite run), so each release is probed at most once. A result that
@@ -281,53 +228,56 @@ def bisect_first_change(
     """
     if len(releases) < 2:
         raise BisectError("need at least two releases to bisect")
-    signatures: dict[str, dict[str, dict[str, Any]] | None] = {}
+    answers: dict[str, results.CellResult | None] = {}
     steps: list[Step] = []
 
-    def sig_of(index: int) -> dict[str, dict[str, Any]] | None:
+    def answer_of(index: int) -> results.CellResult | None:
         release = releases[index]
-        if release in signatures:
-            return signatures[release]
+        if release in answers:
+            return answers[release]
         try:
             result = probe(release)
-            if result.get("status") != "completed":
-                raise Untestable(result.get("status", "?"), result.get("detail"))
+            if not result.completed:
+                raise Untestable(result.status, result.detail)
         except Untestable as exc:
-            signatures[release] = None
+            answers[release] = None
             step = Step(release, exc.status, None, exc.detail)
         else:
-            signatures[release] = signature(result)
-            # releases[0] is always probed first, so its signature is there to compare with
-            step = Step(release, "completed", signatures[release] == signatures[releases[0]])
+            answers[release] = result
+            # releases[0] is always probed first, so its answer is there to compare with
+            good = answers[releases[0]]
+            step = Step(release, "completed", good is None or not changes(good, result))
         steps.append(step)
         if on_step:
             on_step(step)
-        return signatures[release]
+        return answers[release]
 
-    good_sig = sig_of(0)
-    if good_sig is None:
+    good = answer_of(0)
+    if good is None:
         raise BisectError(f"good release {releases[0]} could not be tested ({steps[-1].status}): {steps[-1].detail}")
-    bad_sig = sig_of(len(releases) - 1)
-    if bad_sig is None:
+    bad = answer_of(len(releases) - 1)
+    if bad is None:
         raise BisectError(f"bad release {releases[-1]} could not be tested ({steps[-1].status}): {steps[-1].detail}")
-    if bad_sig == good_sig:
+    if not changes(good, bad):
         return Bisection(None, None, [], steps)
 
     lo, hi = 0, len(releases) - 1  # releases[lo] answers like good, releases[hi] does not
     while hi - lo > 1:
         for index in _probe_order(lo, hi):
-            sig = sig_of(index)
-            if sig is None:
+            found = answer_of(index)
+            if found is None:
                 continue
-            if sig == good_sig:
-                lo = index
-            else:
+            if changes(good, found):
                 hi = index
+            else:
+                lo = index
             break
         else:
             break  # only untestable releases left between lo and hi
     untestable = releases[lo + 1 : hi]
-    return Bisection(releases[hi], releases[lo], diff(signatures[releases[lo]], signatures[releases[hi]]), steps, untestable)
+    before, after = answers[releases[lo]], answers[releases[hi]]
+    assert before is not None and after is not None
+    return Bisection(releases[hi], releases[lo], changes(before, after), steps, untestable)
 
 
 # --------------------------------------------------------------------------- the runner
@@ -373,11 +323,11 @@ def run(
 
     paths: dict[str, str] = {}
 
-    def probe(version: str) -> dict[str, Any]:
+    def probe(version: str) -> results.CellResult:
         path = Path(run_release(version))
         paths[version] = str(path)
         try:
-            return results.load(path)
+            return results.CellResult.load(path)
         except results.ResultFileError as exc:
             raise Untestable("no result", str(exc)) from None
 

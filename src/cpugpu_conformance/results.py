@@ -363,18 +363,18 @@ class CellResult(Mapping[str, Any]):
         if not applies(promise, device):
             only = " and ".join(APPLIES_TO.get(promise, ()))
             return Outcome("not_applicable", f"promise {promise} is about {only}")
+        if dev.get("status") == "skipped":
+            return Outcome("untested", dev.get("reason") or f"{device} was skipped")
         chosen = self.requested_promises()
         entry = self.entry(promise, device)
         if (chosen is not None and promise not in chosen) or (entry or {}).get("verdict") == "not_requested":
-            return Outcome("not_requested", "not selected (--promise)")
-        if dev.get("status") == "skipped":
-            return Outcome("untested", dev.get("reason") or f"{device} was skipped")
+            return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
         if entry is None:
             return Outcome("untested", f"the result has no verdict for promise {promise} on {device}")
         failures = tuple(entry.get("failures") or ())
         verdict = entry.get("verdict")
         if verdict == "failed" or entry.get("failed", 0) > 0 or failures:
-            return Outcome("failed", _failure_summary(failures), failures)
+            return Outcome("failed", _failure_summary(failures) or entry.get("observed"), failures)
         if verdict in ("passed", "recorded"):
             if entry.get("passed", 0) < 1:
                 return Outcome("untested", f"recorded as {verdict}, but no check of it ran")
@@ -556,6 +556,11 @@ class Comparison:
         return lines
 
 
+def _answer_of(promise: str, outcome: Outcome) -> tuple[str, str | None]:
+    """What must stay equal for two cells to answer alike: the kind, and what a recorded promise recorded."""
+    return outcome.kind, outcome.note if promise in RECORDED_ONLY else None
+
+
 def _label(side: str, cell: CellResult) -> str:
     return f"{side} {cell.name} ({cell.source})"
 
@@ -576,9 +581,9 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
     if not cmp.devices:
         cmp.unusable.append(f"{_label('baseline', baseline)} was asked to test no device")
         return cmp
-    for key, what in (("impl", "implementations"), ("hypothesis_profile", "hypothesis profiles")):
+    for key, what in (("impl", "tested different implementations"), ("hypothesis_profile", "ran different hypothesis profiles")):
         if baseline.get(key) != candidate.get(key):
-            cmp.warnings.append(f"the cells ran different {what}: baseline {baseline.get(key)!r}, candidate {candidate.get(key)!r}")
+            cmp.warnings.append(f"the cells {what}: baseline {baseline.get(key)!r}, candidate {candidate.get(key)!r}")
     for side, cell in (("baseline", baseline), ("candidate", candidate)):
         cmp.warnings += [f"{side}: {w}" for w in cell.warnings]
 
@@ -588,17 +593,17 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
             before, after = baseline.outcome(promise, device), candidate.outcome(promise, device)
             if not applies(promise, device) and promise in PROMISES:
                 continue
+            change = Change(promise, baseline.title(promise), device, before, after)
+            if _answer_of(promise, before) != _answer_of(promise, after):
+                cmp.verdict_changes.append(change)
             gaps = [(s, c, o) for s, c, o in (("baseline", baseline, before), ("candidate", candidate, after)) if not o.is_verdict]
             if gaps:
                 for side, cell, out in gaps:
                     cmp.unusable.append(f"{_label(side, cell)} has no verdict for promise {promise} "
                                         f"({cell.title(promise)}) on {device}: {out.describe()}")
                 continue
-            change = Change(promise, baseline.title(promise), device, before, after)
-            if before.kind != after.kind or (before.kind == "recorded" and before.note != after.note):
-                cmp.verdict_changes.append(change)
-            if before.kind == "recorded":
-                if after.kind == "recorded" and before.note != after.note:
+            if promise in RECORDED_ONLY:  # implementation-defined: what changed is told, never judged
+                if (before.kind, before.note) != (after.kind, after.note):
                     cmp.recorded_changes.append(change)
                 continue
             if before.kind == "passed":
