@@ -145,6 +145,81 @@ class RebindingBuffer(CpuGpuBuffer):
         return fresh[:n]
 
 
+class DefaultDeviceBuffer(CpuGpuBuffer):
+    """Leaves the host tensor's device to torch's default, so inside `with torch.device(...)`
+    (where a model's init runs) `cpu` lands on that device instead of the host."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        with torch.inference_mode(False):
+            self.cpu = torch.zeros(*size, dtype=dtype, pin_memory=pin_memory)
+            self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+
+class Float32IsDefaultBuffer(CpuGpuBuffer):
+    """Passes dtype=None for float32 ("float32 is the default anyway"), so under
+    torch.set_default_dtype(torch.float16) a float32 buffer comes out float16."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=False)
+        if dtype == torch.float32:
+            with torch.inference_mode(False):
+                self.cpu = torch.zeros(*size, device="cpu", pin_memory=pin_memory)
+                self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+
+class ChunkedCopyBuffer(CpuGpuBuffer):
+    """Copies large buffers in chunks of 2**20 elements and drops the last, partial chunk:
+    right for every buffer the old suite drew (125 elements at most), wrong at engine scale."""
+
+    CHUNK = 1 << 20
+
+    def copy_to_gpu(self, n=None):
+        src, dst = self.cpu[:n], self.gpu[:n]
+        if src.numel() <= self.CHUNK:
+            return dst.copy_(src, non_blocking=True)
+        flat_src, flat_dst = src.reshape(-1), dst.view(-1)
+        for start in range(0, (src.numel() // self.CHUNK) * self.CHUNK, self.CHUNK):
+            flat_dst[start:start + self.CHUNK].copy_(flat_src[start:start + self.CHUNK], non_blocking=True)
+        return dst
+
+
+class GradLeakingBuffer(CpuGpuBuffer):
+    """Switches grad mode off with `torch.set_grad_enabled(False)` called as a function and on
+    again after, so a caller inside `torch.no_grad()` comes back with grad enabled."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        torch.set_grad_enabled(False)
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        torch.set_grad_enabled(True)
+
+
+class PooledBuffer(CpuGpuBuffer):
+    """Keeps a pool of tensors per (size, dtype, device) and hands the same ones out again:
+    a second buffer of the same size shares the first one's storage and is not zeroed."""
+
+    _pool: dict = {}
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        key = (tuple(size), dtype, str(device), pin_memory)
+        if key not in self._pool:
+            with torch.inference_mode(False):
+                cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+                self._pool[key] = (cpu, torch.zeros_like(cpu, device=device))
+        self.cpu, self.gpu = self._pool[key]
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -174,5 +249,10 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (BytesViewBuffer, "7"),
         (ZeroMeansAllBuffer, "8"),
         (RebindingBuffer, "9"),
+        (DefaultDeviceBuffer, "1"),
+        (Float32IsDefaultBuffer, "1"),
+        (ChunkedCopyBuffer, "8"),
+        (GradLeakingBuffer, "12"),
+        (PooledBuffer, "13"),
     )
 )
