@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import report
+from cpugpu_conformance import compat, report, results
 from cpugpu_conformance.__main__ import main
 from cpugpu_conformance.promises import PROMISES
 
@@ -20,13 +20,24 @@ REPRODUCER = 'import torch\nprint("<script>alert(1)</script> | pipe")\n'
 OBSERVED_11 = "RuntimeError: accelerator | none\nsecond line <b>"
 # the shape cell.py writes: what happened, then the log's tail
 CRASH_DETAIL = "pytest killed by SIGABRT; last lines of the log:\ncollected 40 items\nFatal Python error: Aborted"
+NO_CUDA = "no CUDA device on this machine"
+
+
+def cuda_missing(result: dict) -> dict:
+    """A cell asked for every device on a machine without CUDA, as the suite records it."""
+    result["requested"]["device"] = "all"
+    result["devices"]["cuda"] = {"status": "skipped", "reason": NO_CUDA}
+    for promise in result["promises"].values():
+        promise["devices"]["cuda"] = {"verdict": "skipped", "reason": NO_CUDA}
+    return result
 
 
 # Module-scoped: building and rendering the matrix once keeps the file fast; tests only read it.
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("results")
-    rf.write(d, "torch-2.13.0.json", rf.completed("2.13.0"))
+    rf.write(d, "torch-2.13.0.json", cuda_missing(rf.completed("2.13.0")))
+    rf.write(d, "torch-2.14.0.json", rf.completed("2.14.0"))
     changed = dict(rf.BASE_OBSERVATIONS, **{"inference_tensor.is_inference": {"value": False}})
     rf.write(
         d,
@@ -45,6 +56,7 @@ def results_dir(tmp_path_factory) -> Path:
     rf.write(d, "torch-2.11.0.json", rf.incomplete("2.11.0", "wrong_torch", "asked for 2.11.0, got 2.8.0"))
     rf.write(d, "torch-2.12.0.json", rf.incomplete("2.12.0", "error", "pytest exited 4: bad --impl"))
     rf.write(d, "torch-2.12.1.json", rf.completed("2.12.1", drop_promises=("4",)))
+    rf.write(d, "torch-2.8.0.json", rf.incomplete("2.8.0", "interrupted", "the run that started at 19:00 did not finish"))
     (d / "corrupt.json").write_text('{"schema": "cpugpu-conformance/cell-result", ', encoding="utf-8")
     (d / "invalid.json").write_text(json.dumps({"schema": "something-else"}), encoding="utf-8")
     (d / "notes.txt").write_text("not a result file, not *.json", encoding="utf-8")
@@ -114,7 +126,8 @@ def parse(html: str) -> Page:
 
 
 def matrix(page: Page) -> tuple[list[str], dict[str, dict[str, tuple[dict[str, str], str]]]]:
-    """(column labels, row title -> column label -> (attrs, text)) of the promise table."""
+    """(column labels, row title -> column label -> (attrs, text)) of the promise table,
+    the cell answers under the title "Cell answer"."""
     header, *rows = page.tables["matrix"]
     labels = [text.strip() for _, _, text in header[1:]]
     table = {}
@@ -131,25 +144,43 @@ def test_writes_the_three_files_and_no_temporaries(report_dir: Path):
 
 def test_compat_json_validates_against_its_schema_and_carries_every_cell(report_dir: Path):
     data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
-    jsonschema.validate(data, report.COMPAT_SCHEMA)
-    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 1)
+    jsonschema.validate(data, results.schema("compat"))
+    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 2)
     names = {c["cell"] for c in data["cells"]}
-    assert names == {f"torch-{v}" for v in ("2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")}
+    assert names == {f"torch-{v}" for v in RELEASES}
     assert sorted(data["generated_from"]) == sorted(f"{n}.json" for n in names)
     by_name = {c["cell"]: c for c in data["cells"]}
     assert by_name["torch-2.14.1"]["environment"]["gpu_name"] == "NVIDIA H200"
     failed = by_name["torch-2.14.1"]["promises"]["3"]["devices"]["cpu"]
     assert failed["verdict"] == "failed" and failed["failures"][0]["reproducer"] == REPRODUCER
     assert by_name["torch-2.14.1"]["marks"]["3"]["cpu"]["mark"] == "failed"
-    assert by_name["torch-2.13.0"]["marks"]["1"]["cuda"]["mark"] == "skipped"
-    assert by_name["torch-2.12.1"]["marks"]["4"]["cpu"]["mark"] == "missing"
+    assert by_name["torch-2.13.0"]["marks"]["1"]["cuda"] == {"mark": "untested", "note": NO_CUDA}
+    assert by_name["torch-2.12.1"]["marks"]["4"]["cpu"]["mark"] == "untested"
+    assert by_name["torch-2.14.0"]["marks"]["10"]["cpu"]["mark"] == "not_applicable"
+    assert by_name["torch-2.8.0"]["marks"]["1"]["cpu"]["mark"] == "interrupted"
+    answers = {name: cell["answer"]["kind"] for name, cell in by_name.items()}
+    assert answers["torch-2.14.0"] == "passed" and answers["torch-2.14.1"] == "failed"
+    assert answers["torch-2.13.0"] == answers["torch-2.12.1"] == "untested"
+    assert answers["torch-2.15.0"] == "crashed" and answers["torch-2.8.0"] == "interrupted"
+    assert data["duplicate_cells"] == []
+
+
+def test_the_marks_are_the_outcome_kinds_and_the_schema_knows_them_all():
+    mark_kinds = results.schema("compat")["$defs"]["mark_kind"]["enum"]
+    answer_kinds = results.schema("compat")["$defs"]["answer_kind"]["enum"]
+    statuses = [s for s in results.CELL_STATUSES if s != "completed"]
+    assert set(mark_kinds) == set(compat.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
+                                                   "not_requested", *statuses}
+    assert set(answer_kinds) == set(compat.ANSWERS) == {"passed", "failed", "untested", *statuses}
+    labels = [style.label for style in compat.MARKS.values()]
+    assert len(set(labels)) == len(labels) and not any("pass" in compat.MARKS[k].word for k in statuses)
 
 
 def test_compat_json_schema_rejects_a_pass_mark_it_does_not_know(report_dir: Path):
     data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
     data["cells"][0]["marks"]["1"]["cpu"]["mark"] = "ok"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(data, report.COMPAT_SCHEMA)
+        jsonschema.validate(data, results.schema("compat"))
 
 
 def test_corrupt_and_invalid_files_are_named_not_fatal(results_dir: Path, tmp_path: Path, capsys):
@@ -198,23 +229,45 @@ def test_html_escapes_result_text(report_dir: Path):
     assert {"matrix", "observations", "legend-table", "environments-table"} <= set(page.tables)
 
 
-def test_html_matrix_has_one_column_per_cell_and_device_in_version_order(report_dir: Path):
+RELEASES = ["2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]
+# A column per device each cell was asked to test: 2.13.0 asked for cuda and had none.
+COLUMNS = [(r, d) for r in RELEASES for d in (("cpu", "cuda") if r in ("2.13.0", "2.14.1") else ("cpu",))]
+
+
+def test_html_matrix_has_one_column_per_cell_and_asked_device_in_version_order(report_dir: Path):
     labels, _ = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    releases = ["2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
-    assert labels == [f"{r} {d}torch-{r}" for r in releases for d in ("cpu", "cuda")]
+    assert labels == [f"{r} {d}torch-{r}" for r, d in COLUMNS]
+
+
+def test_every_column_shows_its_cell_answer_and_only_a_clean_cell_reads_clean(report_dir: Path):
+    labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
+    answers = {label: text for label, (_, text) in table["Cell answer"].items()}
+    assert [label for label, text in answers.items() if text == "✅ clean"] == ["2.14.0 cputorch-2.14.0"]
+    assert answers["2.14.1 cputorch-2.14.1"] == answers["2.14.1 cudatorch-2.14.1"] == "❌ FAILED"
+    # every promise that was tested on 2.13.0 cpu passed, but its cuda was not there: not clean
+    assert answers["2.13.0 cputorch-2.13.0"] == answers["2.13.0 cudatorch-2.13.0"] == "❓ UNTESTED"
+    assert answers["2.12.1 cputorch-2.12.1"] == "❓ UNTESTED"
+    assert answers["2.8.0 cputorch-2.8.0"] == "⏹ interrupted"
+    attrs, _ = table["Cell answer"]["2.12.1 cputorch-2.12.1"]
+    assert "promise 4" in attrs["title"] and "a-untested" in attrs["class"]
+    md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
+    answer_row = markdown_table(md)[2]
+    assert answer_row[0] == "**Cell answer**" and answer_row.count("✅ clean") == 1
 
 
 def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: Path):
     labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    assert len(table) == len(PROMISES)
+    assert len(table) == len(PROMISES) + 1  # and the answer row
     words = {"crashed": "💥 crashed", "timed_out": "⏱ timed out", "not_installed": "📦 not installed",
-             "wrong_torch": "🚫 wrong torch", "error": "⚠️ error"}
+             "wrong_torch": "🚫 wrong torch", "error": "⚠️ error", "interrupted": "⏹ interrupted"}
     release_of = {"crashed": "2.15.0", "timed_out": "2.10.0", "not_installed": "2.9.1", "wrong_torch": "2.11.0",
-                  "error": "2.12.0"}
+                  "error": "2.12.0", "interrupted": "2.8.0"}
     for status, release in release_of.items():
         cols = [label for label in labels if label.startswith(f"{release} ")]
-        assert len(cols) == 2
-        for row in table.values():
+        assert len(cols) == 1  # the device it asked for
+        for title, row in table.items():
+            if title == "Cell answer":
+                continue
             for col in cols:
                 attrs, text = row[col]
                 assert text == words[status]
@@ -225,15 +278,20 @@ def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: P
     assert table["1. Shape and dtype"]["2.15.0 cputorch-2.15.0"][0]["title"] == "pytest killed by SIGABRT; last lines of the log"
 
 
-def test_html_marks_pass_fail_skip_recorded_missing(report_dir: Path):
+def test_html_marks_pass_fail_untested_na_recorded(report_dir: Path):
     _, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
     row3 = table["3. Mutable wherever they were made"]
     assert row3["2.13.0 cputorch-2.13.0"][1] == "✅ pass"
     assert row3["2.14.1 cputorch-2.14.1"][1] == "❌ FAIL"
     assert row3["2.14.1 cudatorch-2.14.1"][1] == "✅ pass"
-    skip_attrs, skip_text = row3["2.13.0 cudatorch-2.13.0"]
-    assert skip_text.startswith("⏭ skip") and skip_attrs["title"] == "no CUDA device on this machine"
-    assert table["4. Two storages"]["2.12.1 cputorch-2.12.1"][1] == "❓ missing"
+    # a device asked for but missing is untested, with the reason, and never looks like a pass
+    untested_attrs, untested_text = row3["2.13.0 cudatorch-2.13.0"]
+    assert untested_text == "❓ untested" + NO_CUDA and untested_attrs["title"] == NO_CUDA
+    assert "m-untested" in untested_attrs["class"]
+    missing_attrs, missing_text = table["4. Two storages"]["2.12.1 cputorch-2.12.1"]
+    assert missing_text.startswith("❓ untested") and "no verdict for promise 4" in missing_attrs["title"]
+    assert table["10. Devices"]["2.14.0 cputorch-2.14.0"][1] == "➖ n/a"
+    assert table["10. Devices"]["2.14.1 cudatorch-2.14.1"][1] == "✅ pass"
     row11 = table[f"11. {PROMISES['11']}"]
     assert row11["2.14.1 cputorch-2.14.1"][1] == "📝 recorded" + OBSERVED_11
 
@@ -251,12 +309,13 @@ def test_observation_changes_are_highlighted_against_the_previous_release(report
     page = parse((report_dir / "index.html").read_text(encoding="utf-8"))
     header, *rows = page.tables["observations"]
     # Cells that never ran have no observations and no column here.
-    assert [t.strip() for _, _, t in header[1:]] == ["2.12.1torch-2.12.1", "2.13.0torch-2.13.0", "2.14.1torch-2.14.1"]
+    assert [t.strip() for _, _, t in header[1:]] == [
+        "2.12.1torch-2.12.1", "2.13.0torch-2.13.0", "2.14.0torch-2.14.0", "2.14.1torch-2.14.1"]
     by_probe = {row[0][2].strip(): row[1:] for row in rows}
     changed = by_probe["inference_tensor.is_inference"]
-    assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, True]
-    assert changed[2][1]["title"] == "differs from 2.13.0"
-    assert changed[2][2].strip() == "changed: false"
+    assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, False, True]
+    assert changed[3][1]["title"] == "differs from 2.14.0"
+    assert changed[3][2].strip() == "changed: false"
     steady = by_probe["numpy.bfloat16"]
     assert not any("changed" in attrs.get("class", "") for _, attrs, _ in steady)
     assert steady[0][2].strip() == "raises TypeError: Got unsupported ScalarType BFloat16"
@@ -284,9 +343,8 @@ def markdown_table(md: str) -> list[list[str]]:
 def test_markdown_table_has_every_column_and_escapes_cell_text(report_dir: Path):
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
     table = markdown_table(md)
-    header, rule, *rows = table
-    assert len(header) == 1 + 16 and all(len(r) == len(header) for r in [rule, *rows])
-    assert header[1:3] == ["2.9.1 cpu", "2.9.1 cuda"] and header[-1] == "2.15.0 cuda"
+    header, rule, answers, *rows = table
+    assert header[1:] == [f"{r} {d}" for r, d in COLUMNS] and all(len(r) == len(header) for r in [rule, *rows])
     assert len(rows) == len(PROMISES)
     row11 = rows[-1]
     recorded = row11[header.index("2.14.1 cpu")]
@@ -298,15 +356,16 @@ def test_markdown_table_has_every_column_and_escapes_cell_text(report_dir: Path)
 
 def test_markdown_lists_legend_environments_and_reproducers(report_dir: Path):
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
-    for label in ("✅ pass", "❌ FAIL", "⏭ skip", "📝 recorded", "❓ missing", "💥 crashed", "⏱ timed out", "📦 not installed"):
-        assert f"| {label} |" in md
+    for style in [*compat.MARKS.values(), compat.ANSWERS["passed"], compat.ANSWERS["untested"]]:
+        assert f"| {style.label} |" in md
     assert "### torch-2.14.1" in md and "- gpu_name: NVIDIA H200" in md
     assert "```python\n" + REPRODUCER + "```" in md
     assert "Fatal Python error: Aborted" in md
-    # Markdown has no hover: each skip's reason is listed, once for a skipped device
-    skips = md[md.index("## Skips"):md.index("## Failures")]
-    assert "- 2.13.0 cuda: no CUDA device on this machine" in skips
-    assert "2.13.0 cuda, promise" not in skips
+    # Markdown has no hover: each untested mark's reason is listed, once for a missing device
+    untested = md[md.index("## Untested"):md.index("## Failures")]
+    assert f"- 2.13.0 cuda: {NO_CUDA}" in untested
+    assert "2.13.0 cuda, promise" not in untested
+    assert "- 2.12.1 cpu, promise 4: the result has no verdict for promise 4 on cpu" in untested
 
 
 def test_md_escape_and_fence():
@@ -331,8 +390,7 @@ def test_two_cells_of_one_release_are_told_apart(tmp_path: Path):
     rf.write(d, "gpu.json", rf.completed("2.13.0+cu128", cell="local-h200", cuda=True))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
     header = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))[0]
-    assert header[1:] == ["2.13.0 cpu (local-h200)", "2.13.0 cuda (local-h200)",
-                          "2.13.0 cpu (torch-2.13.0)", "2.13.0 cuda (torch-2.13.0)"]
+    assert header[1:] == ["2.13.0 cpu (local-h200)", "2.13.0 cuda (local-h200)", "2.13.0 cpu (torch-2.13.0)"]
 
 
 def test_out_inside_results_dir_does_not_read_its_own_output(results_dir: Path, tmp_path: Path, capsys):
@@ -340,7 +398,7 @@ def test_out_inside_results_dir_does_not_read_its_own_output(results_dir: Path, 
     assert main(["report", str(own), "--out", str(own)]) == 0
     assert main(["report", str(own), "--out", str(own)]) == 0
     assert "compat.json" not in capsys.readouterr().err
-    assert len(json.loads((own / "compat.json").read_text(encoding="utf-8"))["cells"]) == 8
+    assert len(json.loads((own / "compat.json").read_text(encoding="utf-8"))["cells"]) == len(RELEASES)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "all-corrupt"])
@@ -368,15 +426,63 @@ def test_unwritable_output_is_exit_2_and_keeps_what_was_there(results_dir: Path,
 def test_a_device_the_cell_was_not_asked_for_gets_no_column(tmp_path: Path):
     d = tmp_path / "r"
     d.mkdir()
-    cpu_only = rf.completed("2.13.0", cell="torch-2.13.0-cpu")
-    cpu_only["devices"]["cuda"] = {"status": "skipped", "reason": "not requested (--device)"}
-    missing_gpu = rf.completed("2.14.1", cell="torch-2.14.1-all")  # asked for cuda, had none: a skip column
+    cpu_only = rf.completed("2.13.0", cell="torch-2.13.0-cpu")  # cuda: not requested
+    missing_gpu = cuda_missing(rf.completed("2.14.1", cell="torch-2.14.1-all"))  # asked for cuda, had none
     crashed = rf.incomplete("2.15.0", "crashed", "killed by SIGABRT", cell="torch-2.15.0-cpu")
-    crashed["requested"] = {"torch": "2.15.0", "device": "cpu"}
     for name, result in (("a.json", cpu_only), ("b.json", missing_gpu), ("c.json", crashed)):
         rf.write(d, name, result)
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
-    header, _rule, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
     assert header[1:] == ["2.13.0 cpu", "2.14.1 cpu", "2.14.1 cuda", "2.15.0 cpu"]
-    assert all("skip" in row[3] for row in rows), "a device asked for but missing shows as skipped"
+    assert all(row[3].startswith("❓ untested") for row in rows[:10]), "a device asked for but missing is untested"
+    assert rows[10][3] == "➖ n/a"  # promise 11 is about cpu only
+    assert answers[1:] == ["✅ clean", "❓ UNTESTED", "❓ UNTESTED", "💥 crashed"]
     assert all("crashed" in row[4] for row in rows)
+
+
+def test_promises_left_out_with_promise_are_not_requested_and_not_untested(tmp_path: Path):
+    d = tmp_path / "r"
+    d.mkdir()
+    chosen = rf.completed("2.13.0")
+    chosen["requested"]["promises"] = ["3"]
+    for number, promise in chosen["promises"].items():
+        if number != "3":
+            promise["devices"]["cpu"] = {"verdict": "not_requested"}
+    rf.write(d, "a.json", chosen)
+    assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
+    _header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert answers[1] == "✅ clean"
+    assert [row[1] for row in rows[1:4]] == ["⏭ not requested", "✅ pass", "⏭ not requested"]
+
+
+def test_a_cell_that_names_no_device_still_gets_a_column(tmp_path: Path):
+    d = tmp_path / "r"
+    d.mkdir()
+    rf.write(d, "a.json", rf.completed("2.13.0"))
+    rf.write(d, "b.json", rf.validate(results.new_result("ci-fallback", "error", detail="nox failed before the cell ran")))
+    assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
+    header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert header[1:] == ["2.13.0 cpu", f"unknown {compat.NO_DEVICE}"]
+    assert answers[2] == "⚠️ error" and all(row[2] == "⚠️ error" for row in rows)
+
+
+def test_duplicate_cell_names_are_flagged_and_each_column_names_its_file(tmp_path: Path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    rf.write(d, "first.json", rf.completed("2.13.0"))
+    rf.write(d, "second.json", rf.completed("2.13.0", failed={("3", "cpu"): [rf.failure("t", "boom", None)]}))
+    out = tmp_path / "o"
+    assert main(["report", str(d), "--out", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "torch-2.13.0" in warnings[0]
+    assert "first.json" in warnings[0] and "second.json" in warnings[0]
+    header = markdown_table((out / "COMPAT.md").read_text(encoding="utf-8"))[0]
+    assert header[1:] == ["2.13.0 cpu (torch-2.13.0, from first.json)", "2.13.0 cpu (torch-2.13.0, from second.json)"]
+    md = (out / "COMPAT.md").read_text(encoding="utf-8")
+    assert "**Duplicate cells**" in md and "- torch-2.13.0: `first.json`, `second.json`" in md
+    html = (out / "index.html").read_text(encoding="utf-8")
+    labels, _ = matrix(parse(html))
+    assert len(set(labels)) == 2 and 'id="duplicate-cells"' in html
+    data = json.loads((out / "compat.json").read_text(encoding="utf-8"))
+    assert data["duplicate_cells"] == [{"cell": "torch-2.13.0", "files": ["first.json", "second.json"]}]
+    assert [(c["source"], c["duplicate"]) for c in data["cells"]] == [("first.json", True), ("second.json", True)]

@@ -1,20 +1,22 @@
-"""Cell results -> the compatibility matrix: columns, marks and observed behaviour.
+"""Cell results -> the compatibility matrix: columns, marks, answers and observed behaviour.
 
-Shared by ``report`` (which renders it) and ``gate`` (which compares two cells), so
-both read a result file the same way. Nothing here formats for a medium.
+Every cell is read through ``results.CellResult``: a mark is the cell's
+``outcome(promise, device)`` and a column header carries the cell's ``answer()``, so the
+report shows exactly the verdict the gate and the summary use. Nothing here formats for a
+medium; ``report`` renders it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .promises import DEVICES, PROMISES, RECORDED_ONLY
-from .results import CELL_STATUSES
+from .promises import PROMISES
+from .results import CELL_STATUSES, CellResult, Outcome, observation_key, observation_text, promise_order
 
 
 @dataclass(frozen=True)
@@ -28,20 +30,21 @@ class MarkStyle:
         return f"{self.symbol} {self.word}"
 
 
-# Every mark has its own symbol *and* word, so no mark is told apart by colour alone.
-# A cell that did not produce verdicts gets its status as the mark in every row:
-# never a pass, never an empty square.
+# One mark per Outcome kind. Every mark has its own symbol *and* word, so none is told
+# apart by colour alone; a cell that did not complete shows its status in every row.
 MARKS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("✅", "pass", "every check of the promise held"),
+    "passed": MarkStyle("✅", "pass", "at least one check of the promise ran, and every check held"),
     "failed": MarkStyle("❌", "FAIL", "a check of the promise failed; the reproducer is in the failures section"),
-    "skipped": MarkStyle(
-        "⏭", "skip", "not run here (no such device, or the promise does not apply to it); the reason is given"
+    "recorded": MarkStyle("📝", "recorded", "implementation-defined: what happened is recorded, not judged"),
+    "untested": MarkStyle(
+        "❓", "untested",
+        "asked for, but no check ran (device missing, checks skipped, or no verdict in the file): the reason is "
+        "given; never a pass",
     ),
-    "recorded": MarkStyle(
-        "📝", "recorded", "implementation-defined: what happened is recorded, not judged"
-    ),
-    "missing": MarkStyle(
-        "❓", "missing", "the cell completed but its result file has no verdict for this promise and device"
+    "not_applicable": MarkStyle("➖", "n/a", "the contract does not make this promise on this device"),
+    "not_requested": MarkStyle("⏭", "not requested", "the run was told to leave this promise out (--promise)"),
+    "interrupted": MarkStyle(
+        "⏹", "interrupted", "the run was stopped before it wrote its verdicts (killed, cancelled, or still running)"
     ),
     "crashed": MarkStyle("💥", "crashed", "the test process died (abort, segfault, out of memory); no verdicts"),
     "timed_out": MarkStyle("⏱", "timed out", "the cell ran past its time limit; no verdicts"),
@@ -52,31 +55,20 @@ MARKS: dict[str, MarkStyle] = {
     "error": MarkStyle("⚠️", "error", "the cell failed before testing (usage or setup error); no verdicts"),
 }
 
+# A cell's answer, shown once per column above the promises: only "clean" is a clean cell.
+ANSWERS: dict[str, MarkStyle] = {
+    "passed": MarkStyle("✅", "clean", "the cell completed and every promise it was asked about passed or was recorded"),
+    "failed": MarkStyle("❌", "FAILED", "at least one check failed"),
+    "untested": MarkStyle("❓", "UNTESTED", "no check failed, but something the cell was asked to test was not tested"),
+    **{status: MARKS[status] for status in CELL_STATUSES if status != "completed"},
+}
+
 # Fail at import, not in a published report, if results.py grows a status without a mark.
 _unmarked = set(CELL_STATUSES) - {"completed"} - set(MARKS)
 assert not _unmarked, f"cell statuses without a mark: {sorted(_unmarked)}"
 
-
-@dataclass(frozen=True)
-class Mark:
-    kind: str
-    note: str | None = None  # skip reason, recorded text, or what stopped the cell
-
-    @property
-    def style(self) -> MarkStyle:
-        return MARKS[self.kind]
-
-
-def release_of(result: dict[str, Any]) -> str:
-    """The torch release a cell stands for: what it asked for, else what it ran, minus +local."""
-    requested = result.get("requested")
-    torch = requested.get("torch") if isinstance(requested, dict) else None
-    if not isinstance(torch, str) or not torch:
-        env = result.get("environment")
-        torch = env.get("torch") if isinstance(env, dict) else None
-    if not isinstance(torch, str) or not torch:
-        return "unknown"
-    return torch.split("+", 1)[0]
+# The column of a cell that names no device (a fault result written before it knew one).
+NO_DEVICE = "(device unknown)"
 
 
 def version_key(release: str) -> tuple:
@@ -87,147 +79,101 @@ def version_key(release: str) -> tuple:
         return (1, Version("0"), release)
 
 
-def _line(text: Any, index: int, limit: int) -> str | None:
-    if not isinstance(text, str):
-        return None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return None
-    line = lines[index]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def first_line(text: Any, limit: int = 240) -> str | None:
-    """A cell's detail leads with what happened ("killed by SIGABRT; last lines of the log:")."""
-    line = _line(text, 0, limit)
-    return line.rstrip(":") if line else line
-
-
-def last_line(text: Any, limit: int = 240) -> str | None:
-    """The last non-empty line: for an assertion message, usually the one that says what differed."""
-    return _line(text, -1, limit)
-
-
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Cell:
-    """One result file, read."""
+    """One result file in the matrix: the model, the file it came from, and whether
+    another file in the same matrix claims the same cell name."""
 
-    source: str  # file name the result came from
-    result: dict[str, Any]
+    file: str  # the result file's name, cleaned for display; unique within the matrix
+    result: CellResult
+    duplicate: bool = False
 
     @property
     def name(self) -> str:
-        return self.result["cell"]
+        return self.result.name
 
     @property
     def status(self) -> str:
-        return self.result["status"]
+        return self.result.status
 
     @property
     def completed(self) -> bool:
-        return self.status == "completed"
+        return self.result.completed
 
     @property
     def release(self) -> str:
-        return release_of(self.result)
+        return self.result.release
 
     @property
     def sort_key(self) -> tuple:
-        return (version_key(self.release), self.name, self.source)
+        return (version_key(self.release), self.name, self.file)
+
+    @property
+    def answer_style(self) -> MarkStyle:
+        return ANSWERS[self.result.answer().kind]
+
+    def answer_lines(self, limit: int = 6) -> list[str]:
+        """Why the cell is not clean, at most ``limit`` lines (a missing device alone makes ten)."""
+        lines = list(self.result.answer().lines)
+        if len(lines) <= limit:
+            return lines
+        return lines[: limit - 1] + [f"... and {len(lines) - limit + 1} more"]
 
     def devices(self) -> list[str]:
-        """The devices this cell stands for: those it tested or was asked for.
+        """The devices this cell has columns for: those it was asked to test.
 
-        A device the cell was never asked to test (a CPU cell's cuda) is no cell of the
-        matrix and gets no column; a device asked for but missing keeps its column (skip,
-        with the reason), and a cell that did not complete shows on the device it asked for.
+        A cell that names none still gets one column, so it is never left out of the matrix.
         """
-        asked = (self.result.get("requested") or {}).get("device")
-        statuses = self.result.get("devices") or {}
-        if not self.completed or not statuses:
-            return [asked] if asked and asked != "all" else list(DEVICES)
-        shown = [
-            d for d, entry in statuses.items()
-            if not (isinstance(entry, dict) and str(entry.get("reason") or "").startswith("not requested"))
-        ]
-        ordered = [d for d in DEVICES if d in shown] + sorted(d for d in shown if d not in DEVICES)
-        return ordered or list(DEVICES)
+        return self.result.asked_devices() or [NO_DEVICE]
 
-    def device_status(self, device: str) -> tuple[str | None, str | None]:
-        entry = (self.result.get("devices") or {}).get(device)
-        if not isinstance(entry, dict):
-            return None, None
-        return entry.get("status"), entry.get("reason")
+    def mark(self, promise: str, device: str) -> Outcome:
+        if device == NO_DEVICE and self.completed:
+            return Outcome("untested", "the result names no device it was asked to test")
+        return self.result.outcome(promise, device)
 
-    def promise_on(self, promise: str, device: str) -> dict[str, Any] | None:
-        entry = (self.result.get("promises") or {}).get(promise)
-        if not isinstance(entry, dict):
-            return None
-        return (entry.get("devices") or {}).get(device)
-
-    def mark(self, promise: str, device: str) -> Mark:
-        if not self.completed:
-            return Mark(self.status, first_line(self.result.get("detail")))
-        verdict = self.promise_on(promise, device)
-        if verdict is not None:
-            kind = verdict["verdict"]
-            if kind == "recorded":
-                return Mark(kind, verdict.get("observed"))
-            if kind == "skipped":
-                return Mark(kind, verdict.get("reason") or self.device_status(device)[1])
-            if kind == "failed":
-                return Mark(kind, _failure_summary(verdict))
-            return Mark(kind, None)
-        status, reason = self.device_status(device)
-        if status == "skipped":
-            return Mark("skipped", reason)
-        return Mark("missing", f"no verdict for promise {promise} on {device} in {self.source}")
-
-    def failures(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
-        """(promise, device, failures) for every failed verdict, in row then device order."""
-        if not self.completed:
-            return []
-        found = []
-        for promise in promise_numbers(self.result.get("promises") or {}):
+    def failures(self) -> Iterator[tuple[str, str, Outcome]]:
+        """(promise, device, outcome) for every failed promise, in row then device order."""
+        for promise in self.result.promise_numbers():
             for device in self.devices():
-                verdict = self.promise_on(promise, device)
-                if verdict is not None and verdict["verdict"] == "failed":
-                    found.append((promise, device, list(verdict.get("failures") or [])))
-        return found
+                out = self.mark(promise, device)
+                if out.kind == "failed":
+                    yield promise, device, out
 
-    def observations(self) -> dict[str, Any]:
-        obs = self.result.get("observations")
-        return obs if isinstance(obs, dict) else {}
-
-
-def _failure_summary(verdict: dict[str, Any]) -> str | None:
-    failures = verdict.get("failures") or []
-    if not failures:
-        return None
-    first = failures[0]
-    text = f"{first.get('test')}: {last_line(first.get('message'), 160) or ''}"
-    return text if len(failures) == 1 else f"{text} (+{len(failures) - 1} more)"
+    def unattributed_failures(self) -> list[dict[str, Any]]:
+        """Failures outside any promise's check: they make the cell's answer FAILED too."""
+        return [f for f in self.result.get("unattributed_failures") or [] if isinstance(f, dict)]
 
 
-def promise_numbers(extra: Iterable[str] = ()) -> list[str]:
-    """The contract's promises in order, then any unknown ones a result carries, so none is dropped."""
-    known = list(PROMISES)
-    others = sorted(set(extra) - set(known), key=lambda p: (not p.isdigit(), int(p) if p.isdigit() else 0, p))
-    return known + others
+def mark_cells(loaded: Iterable[tuple[str, CellResult]]) -> list[Cell]:
+    """(file name, result) pairs -> cells in version order, duplicates of a cell name flagged."""
+    loaded = list(loaded)
+    counts = Counter(result.name for _, result in loaded)
+    cells = [Cell(file, result, counts[result.name] > 1) for file, result in loaded]
+    return sorted(cells, key=lambda c: c.sort_key)
+
+
+def duplicates(cells: Iterable[Cell]) -> dict[str, list[str]]:
+    """Cell name -> the files that claim it, for every name claimed more than once."""
+    found: dict[str, list[str]] = {}
+    for cell in cells:
+        if cell.duplicate:
+            found.setdefault(cell.name, []).append(cell.file)
+    return found
+
+
+def promise_numbers(cells: Iterable[Cell]) -> list[str]:
+    """The rows: the contract's promises, then any other a cell carries, so none is dropped."""
+    return promise_order({p for c in cells for p in c.result.promise_numbers()})
 
 
 def promise_title(number: str, cells: Iterable[Cell] = ()) -> str:
     if number in PROMISES:
         return PROMISES[number]
     for cell in cells:
-        entry = (cell.result.get("promises") or {}).get(number)
-        if isinstance(entry, dict) and entry.get("title"):
-            return str(entry["title"])
+        title = cell.result.title(number)
+        if title != f"promise {number}":
+            return title
     return f"promise {number}"
-
-
-def is_recorded_only(number: str) -> bool:
-    return number in RECORDED_ONLY
 
 
 @dataclass(frozen=True)
@@ -235,48 +181,49 @@ class Column:
     cell: Cell
     device: str
     index: int  # position in the table, for anchors that do not depend on result text
+    label: str = field(default="", compare=False)
+
+
+def column_label(cell: Cell, device: str, ambiguous_releases: set[str]) -> str:
+    """'release device', plus what tells it apart from another column with the same words:
+    the cell's name when a release has several cells, the file when a name has several files."""
+    label = f"{cell.release} {device}"
+    if cell.duplicate:
+        return f"{label} ({cell.name}, from {cell.file})"
+    return f"{label} ({cell.name})" if cell.release in ambiguous_releases else label
 
 
 def columns(cells: list[Cell]) -> list[Column]:
-    ordered = sorted(cells, key=lambda c: c.sort_key)
+    releases = Counter(c.release for c in cells)
+    ambiguous = {r for r, n in releases.items() if n > 1}
     cols: list[Column] = []
-    for cell in ordered:
+    for cell in sorted(cells, key=lambda c: c.sort_key):
         for device in cell.devices():
-            cols.append(Column(cell, device, len(cols)))
+            cols.append(Column(cell, device, len(cols), column_label(cell, device, ambiguous)))
     return cols
+
+
+def untested_notes(col: Column, numbers: list[str]) -> list[tuple[str, str]]:
+    """(where, why) for the untested marks of a column, for media without hover.
+
+    A column untested everywhere for one reason (a device that was missing) is one line.
+    """
+    untested = [(n, col.cell.mark(n, col.device)) for n in numbers]
+    untested = [(n, out) for n, out in untested if out.kind == "untested"]
+    asked = [n for n in numbers if col.cell.mark(n, col.device).asked]
+    reasons = {out.note for _, out in untested}
+    if untested and len(untested) == len(asked) and len(reasons) == 1:
+        return [(col.label, untested[0][1].note or "no reason given")]
+    return [(f"{col.label}, promise {n}", out.note or "no reason given") for n, out in untested]
 
 
 # --- observed torch behaviour -------------------------------------------------------
 
 
-def _outcome(obs: Any) -> Any:
-    """What torch did, without the probe's own description ("doc"), which is not torch behaviour."""
-    if isinstance(obs, dict):
-        return {k: v for k, v in obs.items() if k != "doc"}
-    return obs
-
-
-def observation_text(obs: Any) -> str:
-    """One probe's outcome as text: its value, or 'raises Type: message'."""
-    outcome = _outcome(obs)
-    if isinstance(outcome, dict) and set(outcome) == {"value"}:
-        value = outcome["value"]
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    if isinstance(outcome, dict) and set(outcome) == {"error"} and isinstance(outcome["error"], dict):
-        err = outcome["error"]
-        return f"raises {err.get('type', '?')}: {err.get('message', '')}"
-    return json.dumps(outcome, sort_keys=True, default=str)
-
-
-def observation_key(obs: Any) -> str:
-    """Canonical form for comparing one probe between two cells."""
-    return json.dumps(_outcome(obs), sort_keys=True, default=str)
-
-
 def observation_doc(cells: Iterable[Cell], probe: str) -> str | None:
     """What a probe checks, from the newest cell that describes it."""
     for cell in sorted(cells, key=lambda c: c.sort_key, reverse=True):
-        obs = cell.observations().get(probe)
+        obs = cell.result.observations.get(probe)
         if isinstance(obs, dict) and isinstance(obs.get("doc"), str):
             return obs["doc"]
     return None
@@ -291,85 +238,20 @@ class ObservedValue:
 
 def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, str | None, list[ObservedValue]]]]:
     """Cells with observations (in version order) and one row (probe, doc, values) per probe across them."""
-    observed = [c for c in sorted(cells, key=lambda c: c.sort_key) if c.observations()]
-    probes = sorted({p for c in observed for p in c.observations()})
+    observed = [c for c in sorted(cells, key=lambda c: c.sort_key) if c.result.observations]
+    probes = sorted({p for c in observed for p in c.result.observations})
     rows = []
     for probe in probes:
         values: list[ObservedValue] = []
-        prev: Cell | None = None
-        for cell in observed:
-            obs = cell.observations()
+        before: str | None = None
+        for i, cell in enumerate(observed):
+            obs = cell.result.observations
             here = observation_key(obs[probe]) if probe in obs else None
-            before = None
-            if prev is not None:
-                pobs = prev.observations()
-                before = observation_key(pobs[probe]) if probe in pobs else None
-            values.append(
-                ObservedValue(
-                    text=observation_text(obs[probe]) if probe in obs else None,
-                    changed=prev is not None and here != before,
-                    previous_release=prev.release if prev is not None else None,
-                )
-            )
-            prev = cell
+            values.append(ObservedValue(
+                text=observation_text(obs[probe]) if probe in obs else None,
+                changed=i > 0 and here != before,
+                previous_release=observed[i - 1].release if i > 0 else None,
+            ))
+            before = here
         rows.append((probe, observation_doc(observed, probe), values))
     return observed, rows
-
-
-MISSING = object()  # one side of a comparison has no such entry
-
-
-def value_changes(where: str, a: Any, b: Any, depth: int | None = None) -> list[tuple[str, Any, Any]]:
-    """(path, before, after) for each differing entry, descending into dicts present on both
-    sides up to `depth` levels (None: all the way), so a change names the entry that changed."""
-    if a == b:
-        return []
-    if isinstance(a, dict) and isinstance(b, dict) and (depth is None or depth > 0):
-        deeper = None if depth is None else depth - 1
-        changes: list[tuple[str, Any, Any]] = []
-        for key in sorted(set(a) | set(b), key=str):
-            changes += value_changes(f"{where}.{key}", a.get(key, MISSING), b.get(key, MISSING), deeper)
-        return changes
-    return [(where, a, b)]
-
-
-def _table(obs: Any) -> dict[str, Any] | None:
-    """The entries of a table-valued probe (the dtypes table, say), else None."""
-    outcome = _outcome(obs)
-    if isinstance(outcome, dict) and set(outcome) == {"value"} and isinstance(outcome["value"], dict):
-        return outcome["value"]
-    return None
-
-
-def _entry_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-
-def observation_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
-    """(probe, before text, after text) for every probe whose outcome differs; None: not probed.
-
-    A table-valued probe changes entry by entry ("dtypes.bcomplex32"), so a new dtype
-    reads as one line, not as two copies of the whole table.
-    """
-    changes: list[tuple[str, str | None, str | None]] = []
-    for probe in sorted(set(before) | set(after)):
-        b_table, a_table = _table(before.get(probe)), _table(after.get(probe))
-        if b_table is not None and a_table is not None:
-            for path, b_entry, a_entry in value_changes(probe, b_table, a_table, depth=1):
-                changes.append((
-                    path,
-                    None if b_entry is MISSING else _entry_text(b_entry),
-                    None if a_entry is MISSING else _entry_text(a_entry),
-                ))
-            continue
-        b = observation_key(before[probe]) if probe in before else None
-        a = observation_key(after[probe]) if probe in after else None
-        if a != b:
-            changes.append(
-                (
-                    probe,
-                    observation_text(before[probe]) if probe in before else None,
-                    observation_text(after[probe]) if probe in after else None,
-                )
-            )
-    return changes

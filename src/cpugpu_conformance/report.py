@@ -1,18 +1,25 @@
 """Result files -> compat.json, COMPAT.md and index.html.
 
 ``python -m cpugpu_conformance report RESULTS_DIR --out DIR`` reads every ``*.json``
-directly inside RESULTS_DIR. A file that is not a valid cell result is named in the
-report and on stderr, and skipped: one bad upload must not hide the rest of the matrix.
-Everything is rendered in memory before anything is written, and each output file is
-replaced atomically, so a failed run leaves the previous report intact.
+directly inside RESULTS_DIR through ``results.CellResult``. A file that is not a valid cell
+result (not a regular file, too big, not UTF-8, not strict JSON, nested too deeply, an
+old schema) is named in the report and on stderr, one line each, and skipped: one bad
+upload must not hide the rest of the matrix. Two files claiming the same cell name are
+both shown, each column labelled with its file, and flagged.
+
+The report is all or nothing: see ``publish``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
+import secrets
+import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -20,84 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import jsonschema
 
 from . import compat
-from .compat import MARKS, Cell, Column
-from .results import ResultFileError, load
+from .compat import ANSWERS, MARKS, Cell, Column
+from .results import SHORT_LIMIT, CellResult, ResultFileError, clean_text, schema
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
-COMPAT_SCHEMA_VERSION = 1
-
-_mark_kinds = sorted(MARKS)
-
-COMPAT_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["schema", "schema_version", "generated_from", "promises", "marks", "cells", "skipped_files"],
-    "additionalProperties": False,
-    "properties": {
-        "schema": {"const": COMPAT_SCHEMA_ID},
-        "schema_version": {"const": COMPAT_SCHEMA_VERSION},
-        "generated_from": {"type": "array", "items": {"type": "string"}},
-        "promises": {"type": "object", "additionalProperties": {"type": "string"}},
-        "marks": {
-            "type": "object",
-            "propertyNames": {"enum": _mark_kinds},
-            "additionalProperties": {
-                "type": "object",
-                "required": ["symbol", "label", "meaning"],
-                "properties": {k: {"type": "string"} for k in ("symbol", "label", "meaning")},
-            },
-        },
-        "cells": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                # The cell's own result (environment, verdicts, failures, observations)
-                # is carried whole; these are the keys the report adds or relies on.
-                "required": ["cell", "source", "release", "status", "devices_shown", "marks"],
-                "properties": {
-                    "cell": {"type": "string", "minLength": 1},
-                    "source": {"type": "string"},
-                    "release": {"type": "string"},
-                    "status": {"type": "string"},
-                    "devices_shown": {"type": "array", "items": {"type": "string"}},
-                    "marks": {
-                        "type": "object",
-                        "additionalProperties": {
-                            "type": "object",
-                            "additionalProperties": {
-                                "type": "object",
-                                "required": ["mark", "note"],
-                                "properties": {
-                                    "mark": {"enum": _mark_kinds},
-                                    "note": {"type": ["string", "null"]},
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-        "skipped_files": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["file", "reason"],
-                "properties": {"file": {"type": "string"}, "reason": {"type": "string"}},
-            },
-        },
-    },
-}
-
-
-# Built once: jsonschema.validate() would re-check the schema itself on every call.
-_COMPAT_VALIDATOR = jsonschema.Draft202012Validator(COMPAT_SCHEMA)
+COMPAT_SCHEMA_VERSION = 2
+OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
+PROG = "cpugpu-conformance report"
 
 
 class ReportError(Exception):
     """The report cannot be made at all (no results, unwritable output): exit 2."""
+
+
+def one_line(text: Any, limit: int = SHORT_LIMIT) -> str:
+    """Text from outside (a file name, an error) as one printable line: no escape or control
+    sequences, no newlines, and no lone surrogates (a non-UTF-8 file name) to break encoding."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return " ".join(clean_text(text, limit).split("\n")).replace("\t", " ")
 
 
 @dataclass
@@ -105,132 +54,158 @@ class Collected:
     cells: list[Cell] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
 
+    @property
+    def duplicates(self) -> dict[str, list[str]]:
+        return compat.duplicates(self.cells)
 
-def collect(results_dir: Path, exclude: Path | None = None) -> Collected:
-    """Load every result file in results_dir; invalid ones go to ``skipped`` with the reason."""
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: then it is not our output folder
+        return False
+
+
+def candidate_files(results_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    """Every ``*.json`` entry directly in results_dir, whatever it is (CellResult.load refuses
+    what is not a regular file), minus hidden files (temporaries, locks) and our own output."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(results_dir))
+    except OSError as exc:
+        raise ReportError(f"results directory {one_line(results_dir)} cannot be read: {exc.strerror or exc}") from None
+    ours = out_dir is not None and _same_dir(results_dir, out_dir)
+    return [results_dir / n for n in names
+            if n.endswith(".json") and not n.startswith(".") and not (ours and n == "compat.json")]
+
+
+def load_cell(path: Path) -> CellResult:
+    """CellResult.load, with every way a hostile file can fail as one ResultFileError line."""
+    try:
+        return CellResult.load(path)
+    except ResultFileError:
+        raise
+    except RecursionError:  # nesting the parser accepted but a walk over the tree did not
+        raise ResultFileError(f"{path}: not a cell result: nested too deeply") from None
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def collect(results_dir: Path, out_dir: Path | None = None) -> Collected:
+    """Load every result file in results_dir; unreadable ones go to ``skipped`` with the reason."""
     if not results_dir.is_dir():
-        raise ReportError(f"results directory {results_dir} does not exist or is not a directory")
-    files = sorted(p for p in results_dir.glob("*.json") if not p.name.startswith("."))
-    if exclude is not None:
-        # --out may be RESULTS_DIR itself; our own compat.json is not a cell result.
-        files = [p for p in files if p.resolve() != exclude.resolve()]
+        raise ReportError(f"results directory {one_line(results_dir)} does not exist or is not a directory")
+    files = candidate_files(results_dir, out_dir)
     if not files:
-        raise ReportError(f"no result files (*.json) in {results_dir}")
-    got = Collected()
+        raise ReportError(f"no result files (*.json) in {one_line(results_dir)}")
+    loaded: list[tuple[str, CellResult]] = []
+    skipped: list[dict[str, str]] = []
     for path in files:
         try:
-            got.cells.append(Cell(path.name, load(path)))
+            loaded.append((one_line(path.name), load_cell(path)))
         except ResultFileError as exc:
-            reason = str(exc)
-            prefix = f"{path}: "
-            got.skipped.append({"file": path.name, "reason": reason.removeprefix(prefix)})
-    if not got.cells:
-        raise ReportError(f"no valid result files in {results_dir} ({len(got.skipped)} skipped as invalid)")
-    return got
+            reason = str(exc).removeprefix(f"{path}: ")
+            skipped.append({"file": one_line(path.name), "reason": one_line(reason, 400)})
+    if not loaded:
+        raise ReportError(f"no valid result files in {one_line(results_dir)} ({len(skipped)} skipped as invalid)")
+    return Collected(compat.mark_cells(loaded), skipped)
 
 
 # --- the model handed to the templates ------------------------------------------------
 
 
+def _styles(styles: dict[str, compat.MarkStyle]) -> dict[str, dict[str, str]]:
+    return {k: {"symbol": s.symbol, "label": s.word, "meaning": s.meaning} for k, s in styles.items()}
+
+
+def _compat_entry(cell: Cell, numbers: list[str]) -> dict[str, Any]:
+    entry = {k: v for k, v in cell.result.to_json().items() if k not in ("schema", "schema_version")}
+    answer = cell.result.answer()
+    devices = cell.devices()
+    entry.update(
+        source=cell.file,
+        release=cell.release,
+        devices_shown=devices,
+        duplicate=cell.duplicate,
+        answer={"kind": answer.kind, "lines": list(answer.lines)},
+        marks={p: {d: {"mark": out.kind, "note": out.note} for d in devices for out in [cell.mark(p, d)]}
+               for p in numbers},
+    )
+    return entry
+
+
+@functools.cache
+def _compat_validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema("compat"))
+
+
 def build_compat(got: Collected) -> dict[str, Any]:
-    cells = sorted(got.cells, key=lambda c: c.sort_key)
-    numbers = compat.promise_numbers(p for c in cells for p in (c.result.get("promises") or {}))
-    entries = []
-    for cell in cells:
-        entry = {k: v for k, v in cell.result.items() if k not in ("schema", "schema_version")}
-        entry.update(
-            source=cell.source,
-            release=cell.release,
-            devices_shown=cell.devices(),
-            marks={
-                p: {d: {"mark": m.kind, "note": m.note} for d in cell.devices() for m in [cell.mark(p, d)]}
-                for p in numbers
-            },
-        )
-        entries.append(entry)
+    numbers = compat.promise_numbers(got.cells)
     data = {
         "schema": COMPAT_SCHEMA_ID,
         "schema_version": COMPAT_SCHEMA_VERSION,
-        "generated_from": [c.source for c in cells],
-        "promises": {p: compat.promise_title(p, cells) for p in numbers},
-        "marks": {k: {"symbol": s.symbol, "label": s.word, "meaning": s.meaning} for k, s in MARKS.items()},
-        "cells": entries,
+        "generated_from": [c.file for c in got.cells],
+        "promises": {p: compat.promise_title(p, got.cells) for p in numbers},
+        "marks": _styles(MARKS),
+        "answers": _styles(ANSWERS),
+        "cells": [_compat_entry(cell, numbers) for cell in got.cells],
+        "duplicate_cells": [{"cell": name, "files": files} for name, files in got.duplicates.items()],
         "skipped_files": list(got.skipped),
     }
     # A report that breaks its own schema is a bug here, not bad input: let it raise.
-    _COMPAT_VALIDATOR.validate(data)
+    _compat_validator().validate(data)
     return data
 
 
-def _column_label(col: Column, ambiguous: set[str]) -> str:
-    label = f"{col.cell.release} {col.device}"
-    # Two cells of one release (a CPU-only run and a GPU machine's run, say) need their names.
-    return f"{label} ({col.cell.name})" if col.cell.release in ambiguous else label
+def _failure_sections(cells: list[Cell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
+    """One section per failed promise and device, then per cell's failures outside any promise."""
+    col_of = {(id(c.cell), c.device): c for c in cols}
+    row_of = {n: i for i, n in enumerate(numbers, 1)}
+    sections = []
+    for cell in cells:
+        for number, device, out in cell.failures():
+            sections.append({
+                "anchor": f"fail-{col_of[(id(cell), device)].index}-{row_of[number]}",
+                "heading": f"{cell.release} {device} ({cell.name}): promise {number}, {compat.promise_title(number, cells)}",
+                "items": list(out.failures),
+            })
+        if cell.unattributed_failures():
+            sections.append({
+                "anchor": f"fail-{col_of[(id(cell), cell.devices()[0])].index}-outside",
+                "heading": f"{cell.release} ({cell.name}): failures outside any promise's check",
+                "items": cell.unattributed_failures(),
+            })
+    return sections
 
 
 def build_view(got: Collected) -> dict[str, Any]:
-    cells = sorted(got.cells, key=lambda c: c.sort_key)
+    cells = got.cells
     cols = compat.columns(cells)
-    releases = [c.release for c in cells]
-    ambiguous = {r for r in releases if releases.count(r) > 1}
-    numbers = compat.promise_numbers(p for c in cells for p in (c.result.get("promises") or {}))
-
+    numbers = compat.promise_numbers(cells)
     rows = []
-    for number in numbers:
-        row_marks = []
-        for col in cols:
-            mark = col.cell.mark(number, col.device)
-            row_marks.append({"mark": mark, "style": mark.style, "anchor": f"fail-{col.index}-{number}"})
-        rows.append({"number": number, "title": compat.promise_title(number, cells), "marks": row_marks})
-
-    failures = []
-    col_of = {(c.cell.source, c.device): c for c in cols}
-    for cell in cells:
-        for number, device, items in cell.failures():
-            col = col_of[(cell.source, device)]
-            failures.append(
-                {
-                    "anchor": f"fail-{col.index}-{number}",
-                    "cell": cell,
-                    "device": device,
-                    "number": number,
-                    "title": compat.promise_title(number, cells),
-                    "items": items,
-                }
-            )
-
+    for i, number in enumerate(numbers, 1):
+        marks = [{"mark": out, "style": MARKS[out.kind], "anchor": f"fail-{col.index}-{i}"}
+                 for col in cols for out in [col.cell.mark(number, col.device)]]
+        rows.append({"number": number, "title": compat.promise_title(number, cells), "marks": marks})
     observed_cells, observation_rows = compat.observation_table(cells)
-    env_keys = sorted({k for c in cells for k in (c.result.get("environment") or {})})
-
-    # Markdown has no hover: list why each skip happened, once per device where the whole device was skipped.
-    skip_notes = []
-    for c in cols:
-        if not c.cell.completed:
-            continue
-        label = _column_label(c, ambiguous)
-        status, reason = c.cell.device_status(c.device)
-        if status == "skipped":
-            skip_notes.append((label, reason or "no reason given"))
-            continue
-        for number in numbers:
-            mark = c.cell.mark(number, c.device)
-            if mark.kind == "skipped":
-                skip_notes.append((f"{label}, promise {number}", mark.note or "no reason given"))
-
     return {
         "cells": cells,
-        "skip_notes": skip_notes,
-        "columns": [{"col": c, "label": _column_label(c, ambiguous)} for c in cols],
+        "columns": cols,
         "rows": rows,
         "marks": MARKS,
-        "failures": failures,
+        "answers": ANSWERS,
+        "failures": _failure_sections(cells, cols, numbers),
+        # Markdown has no hover: list why each untested mark is untested.
+        "untested_notes": [note for col in cols for note in compat.untested_notes(col, numbers)],
         "incomplete": [c for c in cells if not c.completed],
         "observed_cells": observed_cells,
-        "unobserved_cells": [c for c in cells if not c.observations()],
+        "unobserved_cells": [c for c in cells if not c.result.observations],
         "observation_rows": observation_rows,
-        "env_keys": env_keys,
+        "env_keys": sorted({k for c in cells for k in c.result.environment}),
         "skipped_files": got.skipped,
-        "generated_from": [c.source for c in cells],
+        "duplicates": got.duplicates,
+        "generated_from": [c.file for c in cells],
     }
 
 
@@ -243,7 +218,7 @@ def _text(value: Any) -> str:
         return "—"
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 _MD_BACKSLASHED = set("\\`*[]|")
@@ -289,41 +264,153 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def render(got: Collected) -> dict[str, str]:
-    """File name -> content for the three outputs."""
+def render(got: Collected) -> dict[str, bytes]:
+    """File name -> content for the three outputs, all rendered before anything is written.
+
+    Encoded with backslashreplace: a lone surrogate that a result's JSON escaped ("\\udc80")
+    stays visible as that escape instead of failing the whole report.
+    """
     data = build_compat(got)
     view = build_view(got)
-    html = _environment(autoescape=True).get_template("index.html.j2").render(**view)
-    markdown = _environment(autoescape=False).get_template("COMPAT.md.j2").render(**view)
-    return {
+    texts = {
         "compat.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-        "COMPAT.md": markdown,
-        "index.html": html,
+        "COMPAT.md": _environment(autoescape=False).get_template("COMPAT.md.j2").render(**view),
+        "index.html": _environment(autoescape=True).get_template("index.html.j2").render(**view),
     }
+    return {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()}
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+# --- publishing --------------------------------------------------------------------------
+
+
+def publish(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Put ``files`` into out_dir so that a failure anywhere leaves the previous report intact.
+
+    Why file by file and not a swapped directory: ``--out`` may be the results folder
+    itself, or a folder where a user keeps other files, or one a web server or a shell is
+    sitting in. Swapping the folder would mean copying everything else in it (slow, and
+    lossy: ownership, links, open handles) and leaves an instant with no folder at all. So
+    only the three outputs are touched, in three steps:
+
+    1. check: every output that exists is a writable regular file (a directory named
+       COMPAT.md, or a read-only index.html, stops the report before anything is written);
+    2. stage: each file is written in full, fsynced and set to 0644, under a hidden
+       temporary name in out_dir (same file system, so the rename below is atomic);
+    3. commit: each previous output is kept under a hidden backup name (a hard link, so
+       the old file never leaves its path), then each staged file is renamed over its
+       output. If any rename fails, the ones done are rolled back from the backups.
+
+    A reader sees each file either whole-old or whole-new; only a process killed in the
+    middle of step 3 (three renames) can leave a mix, with the backups beside it.
+    """
+    created = not out_dir.exists()
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _check_writable(out_dir, files)
+        staged = _stage(out_dir, files)
+        try:
+            _commit(out_dir, staged)
+        finally:
+            for tmp in staged.values():
+                tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()  # only if empty: it was ours
+        where = f" ({one_line(exc.filename)})" if getattr(exc, "filename", None) else ""
+        raise ReportError(f"cannot write the report to {one_line(out_dir)}: {exc.strerror or exc}{where}; "
+                          "the previous report is left as it was") from None
+    _fsync_dir(out_dir)
+
+
+class _Blocked(OSError):
+    pass
+
+
+def _check_writable(out_dir: Path, files: dict[str, bytes]) -> None:
+    if not out_dir.is_dir():
+        raise _Blocked(f"{one_line(out_dir)} is not a directory")
+    for name in files:
+        target = out_dir / name
+        try:
+            info = target.stat()
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise _Blocked(f"{name} there is not a regular file")
+        # Mode bits as well as access(): root may write anything, but a file someone made
+        # read-only is one they meant to keep.
+        if not os.access(target, os.W_OK) or not info.st_mode & 0o222:
+            raise _Blocked(f"{name} there is read-only")
+
+
+def _stage(out_dir: Path, files: dict[str, bytes]) -> dict[str, Path]:
+    staged: dict[str, Path] = {}
+    try:
+        for name, content in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".new", dir=out_dir)
+            staged[name] = Path(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600: a published file must be readable
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
         raise
+    return staged
+
+
+def _keep_previous(target: Path) -> Path | None:
+    """A hidden second name for the current output, or None when there is none."""
+    if not target.exists():
+        return None
+    backup = target.with_name(f".{target.name}.previous-{secrets.token_hex(4)}")
+    try:
+        os.link(target, backup)
+    except OSError:  # a file system without hard links
+        shutil.copy2(target, backup)
+    return backup
+
+
+def _commit(out_dir: Path, staged: dict[str, Path]) -> None:
+    backups: dict[str, Path | None] = {}
+    done: list[str] = []
+    try:
+        for name in staged:
+            backups[name] = _keep_previous(out_dir / name)
+        for name, tmp in staged.items():
+            os.replace(tmp, out_dir / name)
+            done.append(name)
+    except BaseException:
+        for name in reversed(done):
+            with contextlib.suppress(OSError):
+                backup = backups.get(name)
+                if backup is None:
+                    (out_dir / name).unlink()
+                else:
+                    os.replace(backup, out_dir / name)
+        raise
+    finally:
+        for backup in backups.values():
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the renames durable; not every platform or file system can, which is fine."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def make_report(results_dir: Path, out_dir: Path) -> Collected:
-    got = collect(results_dir, exclude=out_dir / "compat.json")
-    outputs = render(got)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in outputs.items():
-            write_text_atomic(out_dir / name, text)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report to {out_dir}: {exc.strerror or exc}") from None
+    got = collect(results_dir, out_dir)
+    publish(out_dir, render(got))
     return got
 
 
@@ -337,17 +424,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("compat"), help="output folder (default: compat)")
 
 
+def warnings(got: Collected) -> list[str]:
+    """One line each: files left out, and cell names claimed by more than one file."""
+    lines = [f"skipped {s['file']}: {s['reason']}" for s in got.skipped]
+    for name, files in got.duplicates.items():
+        lines.append(f"cell {one_line(name)} is in {len(files)} result files ({', '.join(files)}): "
+                     "each is shown in its own columns, labelled with its file")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         got = make_report(args.results_dir, args.out)
     except ReportError as exc:
-        print(f"cpugpu-conformance report: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    for skipped in got.skipped:
-        print(f"cpugpu-conformance report: warning: skipped {skipped['file']}: {skipped['reason']}", file=sys.stderr)
+    for line in warnings(got):
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
     incomplete = sum(1 for c in got.cells if not c.completed)
-    print(
-        f"wrote {args.out / 'compat.json'}, {args.out / 'COMPAT.md'}, {args.out / 'index.html'}: "
-        f"{len(got.cells)} cells ({incomplete} did not complete), {len(got.skipped)} files skipped"
-    )
+    clean = sum(1 for c in got.cells if c.result.answer().clean)
+    out = one_line(args.out)
+    print(f"wrote {out}/compat.json, {out}/COMPAT.md, {out}/index.html: {len(got.cells)} cells "
+          f"({clean} clean, {incomplete} did not complete), {len(got.skipped)} files skipped")
     return 0
