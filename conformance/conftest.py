@@ -13,9 +13,10 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from conformance import recording, repro
-from conformance.recording import DEVICES_KEY, IMPL, PROMISE_FILTER
+from conformance.plan import DevicePlan, cuda_missing_reason, plan_devices, select_promises
+from conformance.recording import IMPL, PLAN, PROMISE_FILTER, RECORD, WARNINGS
 from cpugpu_conformance import impl as impl_loader
-from cpugpu_conformance.promises import DEVICES, PROMISES
+from cpugpu_conformance.promises import applies
 
 # Examples per test. The default keeps a development run in seconds; `ci` is
 # derandomized with no example database, so the same torch gives the same verdict.
@@ -23,7 +24,9 @@ _EXAMPLES = 250
 _COMMON = dict(
     deadline=None,  # the first CUDA call in a process takes seconds
     report_multiple_bugs=False,  # one failure per test, so the last example run is the reproducer's
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    # function_scoped_fixture: the `record` fixture spans every example of a test on
+    # purpose; the last example run (the shrunk failure) is the one it reports.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
     stateful_step_count=40,
     # No explain phase: the reproducer says more, and explaining costs more than shrinking.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -54,77 +57,83 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--promise", metavar="N[,N...]", default=None, help="run only the tests of these promises (CONTRACT.md numbers)")
 
 
-def _cuda_missing_reason() -> str | None:
-    if torch.cuda.is_available():
-        return None
-    build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-    return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, {build})"
-
-
-def _devices(option: str | None) -> tuple[list[str], dict[str, str]]:
-    """Devices to parametrize over, and the reason each device of the contract is not tested."""
-    missing = _cuda_missing_reason()
-    if option is None:
-        wanted = ["cpu"] if missing else ["cpu", "cuda"]
-        not_tested = {"cuda": f"not requested: {missing}"} if missing else {}
-        return wanted, not_tested
-    wanted = list(DEVICES) if option == "all" else [option]
-    not_tested = {"cuda": missing} if missing and "cuda" in wanted else {}
-    not_tested.update({d: "not requested (--device)" for d in DEVICES if d not in wanted})
-    return wanted, not_tested
-
-
-def _selected_promises(option: str | None) -> set[str] | None:
-    if option is None:
-        return None
-    chosen = {p.strip() for p in option.split(",") if p.strip()}
-    unknown = sorted(chosen - PROMISES.keys())
-    if unknown or not chosen:
-        raise pytest.UsageError(f"--promise {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
-    return chosen
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # The suite checks semantics on tiny tensors: extra intra-op threads only fight
     # pytest-xdist workers for the cores.
     torch.set_num_threads(1)
     config.addinivalue_line("markers", "promise(*numbers): the CONTRACT.md promises a test checks")
+    plan = plan_devices(config.getoption("device"), cuda_missing_reason())
+    config.stash[PLAN] = plan
+    config.stash[WARNINGS] = []
+    recorder = _start_recorder(config, plan)
+    try:
+        config.stash[PROMISE_FILTER] = select_promises(config.getoption("promise"))
+        if recorder is not None:
+            recorder.chosen = config.stash[PROMISE_FILTER]
+            recorder.observe()  # before the class under test is imported: it may patch torch
+        config.stash[IMPL] = _load_impl(config)
+    except pytest.UsageError as exc:
+        if recorder is not None:
+            recorder.write_usage_error(str(exc))
+        raise
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The only process, or xdist's controller: not a worker."""
+    return not hasattr(config, "workerinput")
+
+
+def _start_recorder(config: pytest.Config, plan: DevicePlan) -> recording.CellRecorder | None:
+    """With --cell-result, in the controller: hold the path and mark it in progress, first of all."""
+    path = config.getoption("cell_result")
+    if not path or not _is_controller(config):
+        return None
+    name = config.getoption("cell_name") or f"torch-{torch.__version__.split('+')[0]}"
+    profile = config.getoption("hypothesis_profile", None) or DEFAULT_PROFILE
+    recorder = recording.CellRecorder(config, path, name, plan, None, config.getoption("impl"), profile)
+    recorder.hold()
+    config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
+    return recorder
+
+
+def _load_impl(config: pytest.Config) -> impl_loader.Impl:
     try:
         impl = impl_loader.load(config.getoption("impl"))
     except impl_loader.ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
-    repro.set_impl_import(impl.import_code)
-    devices, not_tested = _devices(config.getoption("device"))
-    config.stash[IMPL] = impl
-    config.stash[DEVICES_KEY] = (devices, not_tested)
-    config.stash[PROMISE_FILTER] = _selected_promises(config.getoption("promise"))
-    if config.getoption("cell_result") and not hasattr(config, "workerinput"):
-        profile = config.getoption("hypothesis_profile", None) or DEFAULT_PROFILE
-        config.pluginmanager.register(
-            recording.CellRecorder(config, impl.spec, profile, devices, not_tested), "cpugpu-cell-recorder"
-        )
+    config.stash[WARNINGS] += [
+        f"importing --impl {impl.spec} replaced {name}: the suite tested the class against the replacement, not torch's own"
+        for name in impl.replaced_torch
+    ]
+    return impl
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "device" not in metafunc.fixturenames:
         return
-    devices, not_tested = metafunc.config.stash[DEVICES_KEY]
+    plan = metafunc.config.stash[PLAN]
     params = [
-        pytest.param(d, id=d, marks=pytest.mark.skip(reason=not_tested[d])) if d in not_tested else pytest.param(d, id=d)
-        for d in devices
+        pytest.param(d, id=d, marks=pytest.mark.skip(reason=plan.skipped[d])) if d in plan.skipped else pytest.param(d, id=d)
+        for d in plan.parametrized
     ]
     metafunc.parametrize("device", params)
+
+
+def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
+    """A test runs when one of its promises was asked for and applies to its device."""
+    promises = recording.promises_of(item)
+    if chosen is not None:
+        promises &= chosen
+    device = recording.device_of(item)
+    return any(device is None or applies(p, device) for p in promises)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
     items.sort(key=lambda item: not item.name.startswith("test_original_bug"))
-    chosen = config.stash[PROMISE_FILTER]
-    if chosen is None:
-        return
     keep, drop = [], []
     for item in items:
-        (keep if recording.promises_of(item) & chosen else drop).append(item)
+        (keep if _wanted(item, config.stash[PROMISE_FILTER]) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -136,8 +145,12 @@ def Buffer(pytestconfig: pytest.Config):
     return pytestconfig.stash[IMPL].cls
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    repro.reset()
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> repro.Record:
+    """This test's reproducer, blame and observation, kept on its item for its report."""
+    rec = repro.Record(request.config.stash[IMPL].import_code)
+    request.node.stash[RECORD] = rec
+    return rec
 
 
 @pytest.hookimpl(wrapper=True)
@@ -147,20 +160,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def _nothing_testable(config: pytest.Config) -> bool:
-    devices, not_tested = config.stash[DEVICES_KEY]
-    return all(d in not_tested for d in devices)
-
-
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every requested device missing means nothing was tested: never let that read as a pass.
-    if _nothing_testable(session.config) and exitstatus == pytest.ExitCode.OK:
+    if session.config.stash[PLAN].nothing_testable and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if _nothing_testable(config):
-        _, not_tested = config.stash[DEVICES_KEY]
-        reasons = "; ".join(f"{d}: {r}" for d, r in not_tested.items())
+    plan = config.stash[PLAN]
+    if plan.nothing_testable:
+        reasons = "; ".join(f"{d}: {r}" for d, r in plan.skipped.items())
         terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)
+    for warning in config.stash[WARNINGS]:
+        terminalreporter.write_line(f"warning: {warning}", yellow=True)

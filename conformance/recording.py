@@ -1,31 +1,43 @@
 """Turn test reports into the cell result file: one verdict per promise and device.
 
 `annotate` runs where the test ran (an xdist worker, or the only process) and puts what
-the controller needs on the report; `CellRecorder` runs in the controller only.
+the controller needs on the report; `CellRecorder` runs in the controller only. It holds
+the result path for the whole run, with an ``interrupted`` placeholder in it until the
+run's own answer replaces it, so a run that dies never leaves an older pass behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
+import signal
+import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from conformance import repro
+from conformance.plan import DevicePlan, in_contract_order
+from conformance.repro import Record
 from cpugpu_conformance import results
-from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY
+from cpugpu_conformance.promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()
-DEVICES_KEY = pytest.StashKey[tuple]()
+PLAN = pytest.StashKey[DevicePlan]()
 PROMISE_FILTER = pytest.StashKey[Any]()
-WRITTEN = pytest.StashKey[str]()
+WARNINGS = pytest.StashKey[list]()
+# The test's own Record (reproducer, blame, observation), put on its item by the fixture.
+RECORD = pytest.StashKey[Record]()
 
 REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
+
+# xdist's report for a test whose worker died has this phase.
+CRASH_PHASE = "???"
 
 
 def promises_of(item: pytest.Item) -> set[str]:
@@ -38,25 +50,21 @@ def device_of(item: pytest.Item) -> str | None:
 
 
 def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Put the test's promises, device and Record on its report, which travels to the controller."""
     report.user_properties.append(("promises", sorted(promises_of(item))))
     report.user_properties.append(("device", device_of(item)))
-    if report.when != "call":
+    record = item.stash.get(RECORD, None)
+    if report.when != "call" or record is None:
         return
-    observed = repro.take_observed()
-    if observed is not None:
-        report.user_properties.append(("observed", observed))
+    if record.observed is not None:
+        report.user_properties.append(("observed", record.observed))
     if report.failed:
-        blamed = repro.take_blame()
-        if blamed is not None:
-            report.user_properties.append(("blame", blamed))
-        script = repro.take()
+        if record.blamed is not None:
+            report.user_properties.append(("blame", record.blamed))
+        script = record.reproducer()
         if script:
             report.user_properties.append(("reproducer", script))
             report.sections.append((REPRO_SECTION, script))
-
-
-def _props(report: pytest.TestReport) -> dict[str, Any]:
-    return dict(report.user_properties)
 
 
 def _message(report: pytest.TestReport) -> str:
@@ -94,32 +102,131 @@ def _observations() -> dict[str, Any]:
     return observe.observe_all()
 
 
+def worker_exit(node: Any) -> str:
+    """How an xdist worker process ended, from its exit status: 'killed by SIGSEGV (signal 11)'."""
+    # execnet keeps the worker's Popen on the gateway's IO; there is no public way to it.
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return "ended (its exit status is unknown)"
+    try:
+        code = popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return "stopped answering (its process is still alive)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (signal {-code})"
+    return f"exited with status {code}"
+
+
+@dataclass
+class Tally:
+    """What the tests of one promise on one device did."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    observed: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped}
+
+
+@dataclass
+class Crash:
+    worker: str
+    how: str  # "was killed by SIGSEGV (signal 11)"
+    test: str | None = None
+
+    def line(self) -> str:
+        running = f"while running {self.test}" if self.test else "while no test was running"
+        return f"xdist worker {self.worker} {self.how} {running}"
+
+
+def _worker_id(report: pytest.TestReport) -> str:
+    """The xdist worker (gw0, ...) a crash report names."""
+    return str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?"))
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 class CellRecorder:
     """Collects every test outcome and writes the result file at the end of the session."""
 
-    def __init__(self, config: pytest.Config, impl: str, profile: str, devices: list[str], not_tested: dict[str, str]):
+    def __init__(self, config: pytest.Config, path: str, name: str, plan: DevicePlan, chosen: frozenset[str] | None,
+                 impl: str, profile: str) -> None:
         self.config = config
+        self.path = path
+        self.name = name
+        self.plan = plan
+        self.chosen = chosen
         self.impl = impl
         self.profile = profile
-        self.devices = devices
-        self.not_tested = not_tested
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
-        # (promise, device) -> counts and failures
-        self.cells: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-            lambda: {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "reasons": [], "observed": []}
-        )
+        self.tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
         self.counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-        self.unattributed: list[dict[str, str]] = []
+        self.unattributed: list[dict[str, Any]] = []
+        self.observations: dict[str, Any] = {}
+        self.deaths: dict[str, str] = {}  # xdist worker id -> how its process ended
+        self.crashes: list[Crash] = []
+        self.interruption: str | None = None
+        self.written: str | None = None
+        self.status: str | None = None
+
+    # --- the path, held for the whole run
+
+    def hold(self) -> None:
+        """Take the result path (a second run on it refuses) and mark it in progress."""
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(results.exclusive(self.path))
+        except results.ResultPathBusy as exc:
+            raise pytest.UsageError(f"--cell-result {exc}") from None
+        except OSError as exc:
+            raise pytest.UsageError(f"--cell-result {self.path}: cannot write: {exc.strerror or exc}") from None
+        self.config.add_cleanup(stack.close)
+        try:
+            results.placeholder(self.name, **self._run_fields()).write(self.path)
+        except OSError as exc:
+            raise pytest.UsageError(f"--cell-result {self.path}: cannot write: {exc.strerror or exc}") from None
+
+    def observe(self) -> None:
+        """The torch behaviour the contract rests on, taken before the class under test is imported."""
+        self.observations = _observations()
+
+    def write_usage_error(self, message: str) -> None:
+        self._write(results.new_result(self.name, "error", detail=f"usage error (pytest exit status 4): {message}",
+                                       pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR), **self._run_fields()))
+
+    def _run_fields(self) -> dict[str, Any]:
+        return {
+            "requested": {"device": self.plan.option or "default", "promises": in_contract_order(self.chosen)},
+            "impl": self.impl,
+            "hypothesis_profile": self.profile,
+            "argv": sys.argv[1:],
+            "environment": environment(),
+        }
+
+    # --- collecting reports
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props = _props(report)
-        if report.when == "call" or (report.when == "setup" and not report.passed) or (report.when == "teardown" and report.failed):
-            outcome = report.outcome
-        else:
+        if report.when == CRASH_PHASE:
+            self._crashed_test(report)
             return
-        key = {"passed": "passed", "failed": "failed" if report.when == "call" else "errors", "skipped": "skipped"}[outcome]
-        self.counts[key] += 1
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)
+                or (report.when == "teardown" and report.failed)):
+            return
+        outcome = report.outcome
+        self.counts[{"passed": "passed", "skipped": "skipped"}.get(outcome, "failed" if report.when == "call" else "errors")] += 1
+        props = dict(report.user_properties)
         promises = props.get("promises") or []
         if report.failed and props.get("blame"):
             promises = [props["blame"]]  # a test of several promises names the one it caught broken
@@ -129,69 +236,124 @@ class CellRecorder:
                 self.unattributed.append({"test": report.nodeid, "message": _message(report)})
             return
         for promise in promises:
-            cell = self.cells[(promise, device)]
-            if outcome == "skipped":
-                cell["skipped"] += 1
-                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-                cell["reasons"].append(reason.removeprefix("Skipped: "))
-            elif outcome == "failed":
-                cell["failed"] += 1
-                cell["failures"].append({"test": report.nodeid, "message": _message(report), "reproducer": props.get("reproducer")})
-            else:
-                cell["passed"] += 1
-                if "observed" in props:
-                    cell["observed"].append(props["observed"])
+            self._tally(self.tallies[(promise, device)], report, outcome, props)
 
-    def _verdict(self, promise: str, device: str, selected: set[str] | None) -> dict[str, Any]:
-        if device in self.not_tested:
-            return {"verdict": "skipped", "reason": self.not_tested[device]}
-        if selected is not None and promise not in selected:
-            return {"verdict": "skipped", "reason": "not selected (--promise)"}
-        cell = self.cells.get((promise, device))
-        if cell is None:
-            return {"verdict": "skipped", "reason": "no test of this promise ran"}
-        out: dict[str, Any] = {k: cell[k] for k in ("passed", "failed", "skipped")}
-        if cell["failed"]:
-            out.update(verdict="failed", failures=cell["failures"])
-        elif cell["passed"]:
-            out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
-            if cell["observed"]:
-                out["observed"] = "; ".join(sorted(set(cell["observed"])))
+    @staticmethod
+    def _tally(tally: Tally, report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> None:
+        if outcome == "skipped":
+            tally.skipped += 1
+            tally.reasons.append(_skip_reason(report))
+        elif outcome == "failed":
+            tally.failed += 1
+            tally.failures.append({"test": report.nodeid, "message": _message(report), "reproducer": props.get("reproducer")})
         else:
-            out.update(verdict="skipped", reason="; ".join(sorted(set(cell["reasons"]))) or "skipped")
-        return out
+            tally.passed += 1
+            if "observed" in props:
+                tally.observed.append(props["observed"])
+
+    def _crashed_test(self, report: pytest.TestReport) -> None:
+        worker = _worker_id(report)
+        self.crashes.append(Crash(worker, self.deaths.pop(worker, "crashed"), report.nodeid))
+        self.counts["crashed"] = self.counts.get("crashed", 0) + 1
+        self.unattributed.append({"test": report.nodeid, "message": str(report.longrepr)})
+
+    # --- xdist: a worker that died
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if error and error != "keyboard-interrupt":
+            self.deaths[node.gateway.id] = worker_exit(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        # Name the signal in the terminal's report too, not only in the result file.
+        how = self.deaths.get(_worker_id(report))
+        if how and isinstance(report.longrepr, str):
+            report.longrepr += f": the worker {how}"
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.interruption = f"{excinfo.typename}: {excinfo.value}".rstrip(": ")
+
+    # --- the answer
+
+    def _entry(self, promise: str, device: str) -> dict[str, Any]:
+        """The verdict of one promise on one device, with the counts that back it."""
+        tally = self.tallies.get((promise, device), Tally())
+        dev = self.plan.entry(device)
+        asked = dev["status"] != "not_requested" and applies(promise, device) and (self.chosen is None or promise in self.chosen)
+        if not asked and tally.failures:
+            self.unattributed += tally.failures  # a failure is never dropped, even where nobody asked
+        out: dict[str, Any] = tally.counts()
+        if dev["status"] == "not_requested":
+            return {"verdict": "not_requested", "reason": dev["reason"], **out}
+        if not applies(promise, device):
+            return {"verdict": "not_applicable", "reason": f"promise {promise} is about {' and '.join(APPLIES_TO[promise])}", **out}
+        if self.chosen is not None and promise not in self.chosen:
+            return {"verdict": "not_requested", "reason": "not selected (--promise)", **out}
+        if dev["status"] == "skipped":
+            return {"verdict": "skipped", "reason": dev["reason"], **out}
+        if tally.failed:
+            return {"verdict": "failed", "failures": tally.failures, **out}
+        if tally.passed:
+            out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
+            if tally.observed:
+                out["observed"] = "; ".join(sorted(set(tally.observed)))
+            return out
+        return {"verdict": "skipped", "reason": "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran", **out}
+
+    def _status(self, session: pytest.Session, exitstatus: int) -> tuple[str, str | None]:
+        """How the run ended: only a run that went through its tests is 'completed'."""
+        for death in self.deaths.values():  # workers that died between tests
+            self.crashes.append(Crash("?", death))
+        if self.crashes:
+            return "crashed", "\n".join(c.line() for c in self.crashes)
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+            return "completed", None
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            if _stopped_by_maxfail(session):
+                # -x / --maxfail: a stop the user asked for; the untested pairs read as untested.
+                self.config.stash[WARNINGS].append(f"the run stopped after {session.testsfailed} failures (-x/--maxfail): later tests did not run")
+                return "completed", None
+            why = self.interruption or "interrupted"
+            return "interrupted", f"the run was interrupted ({why}, pytest exit status 2): not every test ran"
+        try:
+            name = pytest.ExitCode(exitstatus).name.lower().replace("_", " ")
+        except ValueError:
+            name = "unknown"
+        return "error", f"pytest exit status {int(exitstatus)} ({name})"
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        import torch
-
-        selected = self.config.stash[PROMISE_FILTER]
-        path = self.config.getoption("cell_result")
-        name = self.config.getoption("cell_name") or f"torch-{torch.__version__.split('+')[0]}"
-        result = results.new_result(
-            name,
-            "completed",
+        status, detail = self._status(session, session.exitstatus)
+        if status == "crashed" and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        promises = {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()}
+        self._write(results.new_result(
+            self.name,
+            status,
+            detail=detail,
             started=self.started,
             duration_s=round(time.monotonic() - self.t0, 3),
-            impl=self.impl,
-            hypothesis_profile=self.profile,
-            pytest_exitstatus=int(exitstatus),
-            argv=sys.argv[1:],
-            environment=environment(),
-            devices={d: ({"status": "skipped", "reason": self.not_tested[d]} if d in self.not_tested else {"status": "tested"}) for d in DEVICES},
-            promises={
-                p: {"title": title, "devices": {d: self._verdict(p, d, selected) for d in DEVICES}}
-                for p, title in PROMISES.items()
-            },
+            pytest_exitstatus=int(session.exitstatus),
+            warnings=list(self.config.stash[WARNINGS]),
+            devices={d: self.plan.entry(d) for d in DEVICES},
+            promises=promises,
             counts=self.counts,
             unattributed_failures=self.unattributed,
-            observations=_observations(),
-        )
-        written = results.write_atomic(path, result)
-        session.config.stash[WRITTEN] = str(written)
+            observations=self.observations,
+            **self._run_fields(),
+        ))
+
+    def _write(self, result: results.CellResult) -> None:
+        self.written, self.status = str(result.write(self.path)), result.status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        written = self.config.stash.get(WRITTEN, None)
-        if written:
-            terminalreporter.write_line(f"cell result written to {written}")
+        if not self.written:
+            return
+        note = "" if self.status == "completed" else f" (status: {self.status})"
+        terminalreporter.write_line(f"cell result written to {self.written}{note}", red=self.status != "completed")
 
+
+def _stopped_by_maxfail(session: pytest.Session) -> bool:
+    maxfail = session.config.option.maxfail
+    return bool(maxfail) and session.testsfailed >= maxfail

@@ -11,54 +11,46 @@ from __future__ import annotations
 import linecache
 import re
 import textwrap
+import threading
 from typing import Any
 
 import numpy as np
 import torch
 
-_state: dict[str, Any] = {
-    "script": None,
-    "observed": None,
-    "blame": None,
-    "impl_import": "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n",
-}
-
-def set_impl_import(code: str) -> None:
-    _state["impl_import"] = code
+DEFAULT_IMPORT = "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n"
 
 
-def reset() -> None:
-    _state["script"] = None
-    _state["observed"] = None
-    _state["blame"] = None
+class Record:
+    """What one test leaves for its report: the script of the example that ran last, what an
+    implementation-defined promise did, and the promise a failure from here on breaks.
 
+    One per test, made by the ``record`` fixture and kept on the test item, so two tests
+    (in xdist workers or threads) never see each other's reproducer or blame.
+    """
 
-def blame(promise: str | None) -> None:
-    """Name the promise a failure from here on breaks, for tests that check several."""
-    _state["blame"] = promise
+    def __init__(self, impl_import: str = DEFAULT_IMPORT) -> None:
+        self.impl_import = impl_import
+        self.observed: str | None = None
+        self.blamed: str | None = None
+        self._last: tuple[Scenario, str] | None = None
 
+    def blame(self, promise: str | None) -> None:
+        """Name the promise a failure from here on breaks, for tests that check several."""
+        self.blamed = promise
 
-def take_blame() -> str | None:
-    return _state["blame"]
+    def observe(self, text: str) -> None:
+        """What an implementation-defined promise (11) did, for the result file."""
+        self.observed = text
 
+    def ran(self, scenario: Scenario, extra: str = "") -> None:
+        self._last = (scenario, extra)
 
-def take() -> str | None:
-    """The reproducer of the example that ran last, built only now: most examples pass."""
-    current = _state["script"]
-    if current is None:
-        return None
-    scenario, extra = current
-    return scenario.script(extra)
-
-
-def observe(text: str) -> None:
-    """What an implementation-defined promise (11) did, for the result file."""
-    _state["observed"] = text
-
-
-def take_observed() -> str | None:
-    text, _state["observed"] = _state["observed"], None
-    return text
+    def reproducer(self) -> str | None:
+        """The reproducer of the example that ran last, built only now: most examples pass."""
+        if self._last is None:
+            return None
+        scenario, extra = self._last
+        return scenario.script(extra)
 
 
 def literal(value: Any) -> str:
@@ -88,28 +80,32 @@ def _used_helpers(steps: list[str]) -> list[str]:
     return out
 
 
+# Compiled snippets, shared by every test: a snippet's source is its whole identity.
 _compiled: dict[str, Any] = {}
+_compiling = threading.Lock()  # numbering the filenames must not race between threads
 
 
 def _compile(code: str) -> Any:
     """Compile once per distinct snippet, under a filename tracebacks can show the source of."""
-    if code not in _compiled:
-        filename = f"<conformance snippet {len(_compiled)}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        _compiled[code] = compile(code, filename, "exec")
-    return _compiled[code]
+    with _compiling:
+        if code not in _compiled:
+            filename = f"<conformance snippet {len(_compiled)}>"
+            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            _compiled[code] = compile(code, filename, "exec")
+        return _compiled[code]
 
 
 class Scenario:
     """One example: named values, then steps, each run as source and kept for the reproducer."""
 
-    def __init__(self, Buffer: Any, promise: str, title: str, device: str, **values: Any) -> None:
+    def __init__(self, Buffer: Any, record: Record, promise: str, title: str, device: str, **values: Any) -> None:
+        self.record = record
         self.header = (
             f"# Reproducer: CpuGpuBuffer promise {promise} ({title}), device {device}.\n"
             f"# Smallest failing example cpugpu-conformance found, with torch {torch.__version__}.\n"
             + ("# Needs a CUDA device.\n" if device == "cuda" else "")
             + "# Run: python reproducer.py  (an exception or a failed assert is the bug)\n"
-            "import numpy as np\nimport torch\n\n" + _state["impl_import"] + "\n"
+            "import numpy as np\nimport torch\n\n" + record.impl_import + "\n"
         )
         self.steps: list[str] = []
         self.ns: dict[str, Any] = {"torch": torch, "np": np, "Buffer": Buffer, "__name__": "__reproducer__"}
@@ -144,7 +140,7 @@ class Scenario:
         return self.header + "\n".join(_used_helpers(steps)) + '\nprint("ok: the promise held")\n'
 
     def _record(self, extra: str = "") -> None:
-        _state["script"] = (self, extra)
+        self.record.ran(self, extra)
 
     def __getitem__(self, name: str) -> Any:
         return self.ns[name]

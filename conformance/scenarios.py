@@ -8,13 +8,14 @@ from hypothesis import strategies as st
 
 from conformance import strategies as s
 from conformance.contexts import PLAIN
-from conformance.repro import Scenario
+from conformance.repro import Record, Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 from cpugpu_conformance.promises import PROMISES as TITLES
 
 
 def build(
     Buffer: Any,
+    record: Record,
     promise: str,
     device: str,
     data: st.DataObject,
@@ -31,6 +32,7 @@ def build(
     ctx = data.draw(s.contexts, label="context") if contexts else PLAIN
     sc = Scenario(
         Buffer,
+        record,
         promise,
         TITLES[promise],
         device,

@@ -12,8 +12,8 @@ from conformance.scenarios import build
 
 @pytest.mark.promise("1")
 @given(data=st.data())
-def test_shape_dtype_and_device(Buffer, device, data):
-    sc = build(Buffer, "1", device, data, s.any_dtype(device), contexts=True)
+def test_shape_dtype_and_device(Buffer, record, device, data):
+    sc = build(Buffer, record, "1", device, data, s.any_dtype(device), contexts=True)
     sc.run(
         """
         for name in ("cpu", "gpu"):
@@ -28,8 +28,8 @@ def test_shape_dtype_and_device(Buffer, device, data):
 
 @pytest.mark.promise("2")
 @given(data=st.data())
-def test_starts_zeroed(Buffer, device, data):
-    sc = build(Buffer, "2", device, data, s.any_dtype(device), contexts=True)
+def test_starts_zeroed(Buffer, record, device, data):
+    sc = build(Buffer, record, "2", device, data, s.any_dtype(device), contexts=True)
     sc.run(
         """
         sync()
@@ -42,8 +42,8 @@ def test_starts_zeroed(Buffer, device, data):
 
 @pytest.mark.promise("4")
 @given(data=st.data())
-def test_two_storages(Buffer, device, data):
-    sc = build(Buffer, "4", device, data, s.byte_dtype(device), nonempty=True)
+def test_two_storages(Buffer, record, device, data):
+    sc = build(Buffer, record, "4", device, data, s.byte_dtype(device), nonempty=True)
     sc.run(
         """
         assert buf.cpu.untyped_storage().data_ptr() != buf.gpu.untyped_storage().data_ptr(), (

@@ -37,16 +37,16 @@ DIRECTIONS = {
 @pytest.mark.promise("8")
 @pytest.mark.parametrize("method", sorted(DIRECTIONS))
 @given(data=st.data())
-def test_partial_copy(Buffer, device, method, data):
-    sc = build(Buffer, "8", device, data, s.byte_dtype(device))
+def test_partial_copy(Buffer, record, device, method, data):
+    sc = build(Buffer, record, "8", device, data, s.byte_dtype(device))
     sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
     sc.run(DIRECTIONS[method])
 
 
 @pytest.mark.promise("9")
 @given(data=st.data())
-def test_copies_keep_the_storages(Buffer, device, data):
-    sc = build(Buffer, "9", device, data, s.byte_dtype(device))
+def test_copies_keep_the_storages(Buffer, record, device, data):
+    sc = build(Buffer, record, "9", device, data, s.byte_dtype(device))
     sc.run(
         """
         captured = {name: getattr(buf, name) for name in ("cpu", "gpu", "np") if name != "np" or with_numpy}

@@ -1,4 +1,8 @@
-"""Promises 10 and 11: CUDA specifics, and pin_memory=True without an accelerator (recorded)."""
+"""Promises 10 and 11: CUDA specifics, and pin_memory=True without an accelerator (recorded).
+
+Each runs only on the devices its promise applies to (promises.APPLIES_TO): elsewhere it
+is not collected, so the result says "not applicable", never "skipped".
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import repro
 from conformance import strategies as s
 from conformance.repro import Scenario
 from conformance.scenarios import build
@@ -16,10 +19,8 @@ from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 
 @pytest.mark.promise("10")
 @given(data=st.data())
-def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, device, data):
-    if device != "cuda":
-        pytest.skip("promise 10 is about CUDA devices")
-    sc = build(Buffer, "10", device, data, s.byte_dtype(device), contexts=True, nonempty=True)
+def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, record, device, data):
+    sc = build(Buffer, record, "10", device, data, s.byte_dtype(device), contexts=True, nonempty=True)
     sc.run(
         """
         if pin_memory:
@@ -48,16 +49,14 @@ def _headline(exc: BaseException) -> str:
 
 @pytest.mark.promise("11")
 @pytest.mark.parametrize("size", [(4,), (0,)], ids=["nonempty", "zero-size"])
-def test_pin_memory_on_cpu_is_recorded(Buffer, device, size):
+def test_pin_memory_on_cpu_is_recorded(Buffer, record, device, size):
     """Either outcome is allowed; a buffer that is made must still be a valid buffer."""
-    if device != "cpu":
-        pytest.skip("promise 11 is about pin_memory=True with a CPU device")
-    sc = Scenario(Buffer, "11", "pin_memory=True with no accelerator", device, size=size, dtype=torch.float32, pin_memory=True, with_numpy=True)
+    sc = Scenario(Buffer, record, "11", "pin_memory=True with no accelerator", device, size=size, dtype=torch.float32, pin_memory=True, with_numpy=True)
     sc.run(BYTE_HELPERS)
     try:
         sc.run(f"buf = {CONSTRUCT}")
     except Exception as exc:  # torch refusing the hint is allowed (promise 11)
-        repro.observe(f"size {size}: raises {_headline(exc)}")
+        record.observe(f"size {size}: raises {_headline(exc)}")
         return
     sc.run(
         """
@@ -67,4 +66,4 @@ def test_pin_memory_on_cpu_is_recorded(Buffer, device, size):
         """
     )
     accel = "accelerator present" if torch.cuda.is_available() else "no accelerator"
-    repro.observe(f"size {size}: accepted ({accel}), cpu.is_pinned()={sc['pinned']}")
+    record.observe(f"size {size}: accepted ({accel}), cpu.is_pinned()={sc['pinned']}")

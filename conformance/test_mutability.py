@@ -12,7 +12,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import repro
 from conformance import strategies as s
 from conformance.repro import Scenario
 from conformance.scenarios import build
@@ -56,8 +55,8 @@ def _mutation_code(target: str, op: str, k: int, inside: bool) -> str:
 
 @pytest.mark.promise("3")
 @given(data=st.data())
-def test_mutable_wherever_made(Buffer, device, data):
-    sc = build(Buffer, "3", device, data, s.fillable_dtype(device), contexts=True)
+def test_mutable_wherever_made(Buffer, record, device, data):
+    sc = build(Buffer, record, "3", device, data, s.fillable_dtype(device), contexts=True)
     sc.run(NOT_INFERENCE)
     sc.run(
         """
@@ -69,7 +68,7 @@ def test_mutable_wherever_made(Buffer, device, data):
     for target, op, k, inside in drawn:
         sc.run(_mutation_code(target, op, k, inside))
     if any(target == "np" for target, *_ in drawn):
-        repro.blame("5")  # a NumPy write that did not land: np is no view of cpu
+        record.blame("5")  # a NumPy write that did not land: np is no view of cpu
     sc.run(
         """
         sync()
@@ -77,14 +76,14 @@ def test_mutable_wherever_made(Buffer, device, data):
         assert (raw(buf.gpu) == raw(model_gpu)).all(), "buf.gpu does not hold what was written to it"
         """
     )
-    repro.blame(None)
+    record.blame(None)
     sc.run(NOT_INFERENCE)
 
 
 @pytest.mark.promise("3")
-def test_original_bug_buffer_made_in_inference_mode(Buffer, device):
+def test_original_bug_buffer_made_in_inference_mode(Buffer, record, device):
     """vLLM's elastic EP scaling: buffers rebuilt inside inference_mode(), then updated in place outside it."""
-    sc = Scenario(Buffer, "3", "Mutable wherever they were made", device, size=(4, 3), dtype=torch.float32, pin_memory=False, with_numpy=True)
+    sc = Scenario(Buffer, record, "3", "Mutable wherever they were made", device, size=(4, 3), dtype=torch.float32, pin_memory=False, with_numpy=True)
     sc.run(BYTE_HELPERS)
     sc.run(
         """

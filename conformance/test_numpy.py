@@ -23,8 +23,8 @@ def np_fill(a, seed):
 
 @pytest.mark.promise("5")
 @given(data=st.data())
-def test_numpy_view_shares_memory(Buffer, device, data):
-    sc = build(Buffer, "5", device, data, s.numpy_dtype(device), with_numpy=True)
+def test_numpy_view_shares_memory(Buffer, record, device, data):
+    sc = build(Buffer, record, "5", device, data, s.numpy_dtype(device), with_numpy=True)
     sc.run(NP_FILL)
     sc.run(
         """
@@ -50,10 +50,10 @@ def test_numpy_view_shares_memory(Buffer, device, data):
 
 @pytest.mark.promise("6")
 @given(data=st.data())
-def test_bfloat16_with_numpy_raises_value_error(Buffer, device, data):
+def test_bfloat16_with_numpy_raises_value_error(Buffer, record, device, data):
     if not hasattr(torch, "bfloat16"):
         pytest.skip("this torch has no bfloat16")
-    sc = build(Buffer, "6", device, data, st.just(dtypes.by_name("bfloat16", device)), with_numpy=True, construct=False)
+    sc = build(Buffer, record, "6", device, data, st.just(dtypes.by_name("bfloat16", device)), with_numpy=True, construct=False)
     sc.run(
         f"""
         try:
@@ -68,8 +68,8 @@ def test_bfloat16_with_numpy_raises_value_error(Buffer, device, data):
 
 @pytest.mark.promise("6")
 @given(data=st.data())
-def test_without_numpy_every_dtype_works(Buffer, device, data):
-    sc = build(Buffer, "6", device, data, s.any_dtype(device), with_numpy=False)
+def test_without_numpy_every_dtype_works(Buffer, record, device, data):
+    sc = build(Buffer, record, "6", device, data, s.any_dtype(device), with_numpy=False)
     sc.run(
         """
         assert buf.cpu.dtype == dtype and buf.gpu.dtype == dtype
@@ -80,9 +80,9 @@ def test_without_numpy_every_dtype_works(Buffer, device, data):
 
 @pytest.mark.promise("7")
 @given(data=st.data())
-def test_no_silent_wrong_views(Buffer, device, data):
+def test_no_silent_wrong_views(Buffer, record, device, data):
     sc = build(
-        Buffer, "7", device, data, s.non_numpy_dtype(device, include_bfloat16=False), with_numpy=True, construct=False
+        Buffer, record, "7", device, data, s.non_numpy_dtype(device, include_bfloat16=False), with_numpy=True, construct=False
     )
     sc.run(
         f"""

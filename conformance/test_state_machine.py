@@ -20,9 +20,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from conformance import dtypes, repro
+from conformance import dtypes
 from conformance import strategies as s
-from conformance.repro import Scenario
+from conformance.repro import Record, Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 
 # Dtypes whose values the model can hold exactly: small integers, written and compared.
@@ -84,6 +84,7 @@ def _model_dtypes(device: str, shard: str) -> tuple[dtypes.DtypeInfo, ...]:
 
 class BufferMachine(RuleBasedStateMachine):
     Buffer: type
+    record: Record
     device: str
     shard: str
 
@@ -92,6 +93,7 @@ class BufferMachine(RuleBasedStateMachine):
         info = data.draw(st.sampled_from(_model_dtypes(self.device, self.shard)), label="dtype")
         self.sc = Scenario(
             self.Buffer,
+            self.record,
             "8",
             "state machine: writes, copies and inference mode",
             self.device,
@@ -101,7 +103,7 @@ class BufferMachine(RuleBasedStateMachine):
             with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy"),
         )
         self.sc.run(BYTE_HELPERS + HOST)
-        repro.blame("1")  # a constructor that raises
+        self.record.blame("1")  # a constructor that raises
         self.sc.run(data.draw(s.contexts, label="context").code(CONSTRUCT))
         self.sc.run(
             """
@@ -124,7 +126,7 @@ class BufferMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), side=st.sampled_from(["cpu", "gpu"]), value=st.integers(0, 3))
     def torch_assign(self, data, side, value):
-        repro.blame("3")  # an in-place write that raises
+        self.record.blame("3")  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.run(f"buf.{side}[{a}:{b}] = {value}")
@@ -132,7 +134,7 @@ class BufferMachine(RuleBasedStateMachine):
 
     @rule(side=st.sampled_from(["cpu", "gpu"]))
     def torch_add(self, side):
-        repro.blame("3")  # an in-place write that raises
+        self.record.blame("3")  # an in-place write that raises
         if self.is_bool:
             self.sc.run(f"buf.{side}.logical_not_()")
             self.model[side] = np.logical_not(self.model[side])
@@ -143,7 +145,7 @@ class BufferMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sc["with_numpy"])
     @rule(data=st.data(), value=st.integers(0, 3))
     def numpy_assign(self, data, value):
-        repro.blame("3")  # an in-place write that raises
+        self.record.blame("3")  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.run(f"buf.np[{a}:{b}] = {value}")
@@ -152,7 +154,7 @@ class BufferMachine(RuleBasedStateMachine):
     @rule(data=st.data(), direction=st.sampled_from(["copy_to_gpu", "copy_to_cpu"]))
     def copy(self, data, direction):
         n = data.draw(s.slice_end(self.length), label="n")
-        repro.blame("8")
+        self.record.blame("8")
         src, dst = ("cpu", "gpu") if direction == "copy_to_gpu" else ("gpu", "cpu")
         self.sc.run(f"buf.{direction}({n!r})")
         self.model[dst][:n] = self.model[src][:n]
@@ -174,7 +176,7 @@ class BufferMachine(RuleBasedStateMachine):
     def matches_model(self):
         expected = {"expected_cpu": self.model["cpu"].copy(), "expected_gpu": self.model["gpu"].copy()}
         for promise, check in CHECKS:
-            repro.blame(promise)
+            self.record.blame(promise)
             self.sc.check(check, **{k: v for k, v in expected.items() if k in check})
 
     def teardown(self):
@@ -188,7 +190,8 @@ class BufferMachine(RuleBasedStateMachine):
 
 @pytest.mark.promise("3", "5", "8", "9")
 @pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
-def test_buffer_state_machine(Buffer, device, shard):
-    machine = type(f"BufferMachine_{device}_{shard}", (BufferMachine,), {"Buffer": Buffer, "device": device, "shard": shard})
+def test_buffer_state_machine(Buffer, record, device, shard):
+    attrs = {"Buffer": Buffer, "record": record, "device": device, "shard": shard}
+    machine = type(f"BufferMachine_{device}_{shard}", (BufferMachine,), attrs)
     half = settings(settings.default, max_examples=max(1, settings.default.max_examples // len(MODEL_DTYPES)))
     run_state_machine_as_test(machine, settings=half)

@@ -12,3 +12,33 @@ class NoDevice:
 
 
 NOT_A_CLASS = 42
+
+
+class SegfaultsOnFifth:
+    """A correct buffer whose fifth construction in a process kills it with SIGSEGV,
+    as a native extension with a memory bug would."""
+
+    constructions = 0
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        import os
+        import signal
+
+        import torch
+
+        type(self).constructions += 1
+        if type(self).constructions == 5:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        with torch.inference_mode(False):
+            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+            self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("NumPy has no bfloat16: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)

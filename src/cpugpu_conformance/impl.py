@@ -13,6 +13,48 @@ from typing import Any
 DEFAULT_SPEC = "cpugpu_conformance.reference:CpuGpuBuffer"
 
 
+# The torch functions and methods the contract and the suite's checks rest on. Importing
+# the class under test must leave them alone: a module that replaces one (a "fix" that
+# patches torch.inference_mode, say) is tested against its own replacement, not torch.
+TORCH_NAMES = (
+    "torch.inference_mode",
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.set_grad_enabled",
+    "torch.is_grad_enabled",
+    "torch.is_inference_mode_enabled",
+    "torch.zeros",
+    "torch.zeros_like",
+    "torch.empty",
+    "torch.empty_like",
+    "torch.from_numpy",
+    "torch.device",
+    "torch.set_default_device",
+    "torch.get_default_device",
+    "torch.set_default_dtype",
+    "torch.get_default_dtype",
+    "torch.Tensor",
+    "torch.Tensor.numpy",
+    "torch.Tensor.copy_",
+    "torch.Tensor.fill_",
+    "torch.Tensor.zero_",
+    "torch.Tensor.is_inference",
+    "torch.Tensor.pin_memory",
+    "torch.Tensor.is_pinned",
+    "torch.Tensor.untyped_storage",
+    "torch.Tensor.data_ptr",
+    "torch.Tensor.view",
+    "torch.Tensor.cpu",
+    "torch.Tensor.to",
+    "torch.Tensor.__getitem__",
+    "torch.Tensor.__setitem__",
+    "torch.cuda.is_available",
+    "torch.cuda.synchronize",
+)
+
+_ABSENT = object()  # a name this torch release does not have (get_default_device before 2.3)
+
+
 class ImplError(Exception):
     """The spec cannot be turned into a usable class; the message is one line naming the culprit."""
 
@@ -23,6 +65,28 @@ class Impl:
     cls: Any
     # How a standalone reproducer script gets the same class, as Python source.
     import_code: str
+    # TORCH_NAMES that importing the class replaced (or added, or removed).
+    replaced_torch: tuple[str, ...] = ()
+
+
+def torch_identities() -> dict[str, Any]:
+    """The object behind each of TORCH_NAMES, as stored (no descriptor binding, so a
+    method reads the same object every time)."""
+    import torch
+
+    found: dict[str, Any] = {}
+    for name in TORCH_NAMES:
+        obj: Any = torch
+        for part in name.split(".")[1:]:
+            obj = inspect.getattr_static(obj, part, _ABSENT)
+            if obj is _ABSENT:
+                break
+        found[name] = obj
+    return found
+
+
+def replaced_names(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(name for name in TORCH_NAMES if before.get(name, _ABSENT) is not after.get(name, _ABSENT))
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -42,7 +106,15 @@ def _resolve(obj: Any, dotted: str, spec: str, where: str) -> Any:
 
 
 def load(spec: str) -> Impl:
+    """Import the class ``spec`` names, and check that it can take the contract's arguments."""
     target, attr = _split(spec)
+    before = torch_identities()
+    cls, import_code = _import(spec, target, attr)
+    replaced = replaced_names(before, torch_identities())
+    return Impl(spec=spec, cls=cls, import_code=import_code, replaced_torch=replaced)
+
+
+def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target).resolve()
         if not path.is_file():
@@ -81,7 +153,7 @@ def load(spec: str) -> Impl:
     if not callable(cls):
         raise ImplError(f"--impl {spec!r}: {attr!r} is a {type(cls).__name__}, not a class")
     check_signature(cls, spec)
-    return Impl(spec=spec, cls=cls, import_code=import_code)
+    return cls, import_code
 
 
 def check_signature(cls: Any, spec: str) -> None:
