@@ -283,6 +283,10 @@ def render(got: Collected) -> dict[str, bytes]:
 # --- publishing --------------------------------------------------------------------------
 
 
+class _Blocked(OSError):
+    """An output path that is in the way: found before anything is written."""
+
+
 def publish(out_dir: Path, files: dict[str, bytes]) -> None:
     """Put ``files`` into out_dir so that a failure anywhere leaves the previous report intact.
 
@@ -317,14 +321,11 @@ def publish(out_dir: Path, files: dict[str, bytes]) -> None:
         if created:
             with contextlib.suppress(OSError):
                 out_dir.rmdir()  # only if empty: it was ours
-        where = f" ({one_line(exc.filename)})" if getattr(exc, "filename", None) else ""
+        path = exc.filename2 or exc.filename  # for a rename, the destination says more
+        where = f" ({one_line(path)})" if path else ""
         raise ReportError(f"cannot write the report to {one_line(out_dir)}: {exc.strerror or exc}{where}; "
                           "the previous report is left as it was") from None
     _fsync_dir(out_dir)
-
-
-class _Blocked(OSError):
-    pass
 
 
 def _check_writable(out_dir: Path, files: dict[str, bytes]) -> None:
@@ -336,12 +337,14 @@ def _check_writable(out_dir: Path, files: dict[str, bytes]) -> None:
             info = target.stat()
         except FileNotFoundError:
             continue
+        if stat.S_ISDIR(info.st_mode):
+            raise _Blocked(f"{one_line(target)} is a directory")
         if not stat.S_ISREG(info.st_mode):
-            raise _Blocked(f"{name} there is not a regular file")
+            raise _Blocked(f"{one_line(target)} is not a regular file")
         # Mode bits as well as access(): root may write anything, but a file someone made
         # read-only is one they meant to keep.
         if not os.access(target, os.W_OK) or not info.st_mode & 0o222:
-            raise _Blocked(f"{name} there is read-only")
+            raise _Blocked(f"{one_line(target)} is read-only")
 
 
 def _stage(out_dir: Path, files: dict[str, bytes]) -> dict[str, Path]:
