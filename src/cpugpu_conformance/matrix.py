@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from cpugpu_conformance.promises import DEVICES
 
@@ -273,8 +275,9 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
 
 
 def _semantic_problems(data: dict[str, Any]) -> list[str]:
-    """What the schema cannot say: duplicates, specifiers, and references to listed releases."""
-    problems = []
+    """What the schema cannot say: canonical versions, finite limits, duplicates, specifiers,
+    and references to listed releases."""
+    problems = _noncanonical_versions(data) + _unbounded_time_limits(data)
     listed: dict[tuple[int, ...], int] = {}
     for i, entry in enumerate(data["torch"]):
         key = release_key(entry["version"])
@@ -305,6 +308,23 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
             problems.append(f"candidates[{i}]: duplicate: {value!r} is already candidates[{seen[value]}]")
         seen.setdefault(value, i)
     return problems
+
+
+def _noncanonical_versions(data: dict[str, Any]) -> list[str]:
+    """A version is written as packaging normalizes it: "02.13.0" would name a cell, a session
+    and a pin that differ from the torch that gets installed (2.13.0), and end as wrong_torch."""
+    named = [(f"torch[{i}].version", e["version"]) for i, e in enumerate(data["torch"])]
+    named += [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]
+    return [f"{key}: {value!r} is not written canonically (no leading zeros): write {str(Version(value))!r}"
+            for key, value in named if str(Version(value)) != value]
+
+
+def _unbounded_time_limits(data: dict[str, Any]) -> list[str]:
+    """YAML's .nan and .inf are numbers the schema accepts, but no time limit (and not JSON)."""
+    limits = [("time_limit_s", data.get("time_limit_s"))]
+    limits += [(f"torch[{i}].time_limit_s", e.get("time_limit_s")) for i, e in enumerate(data["torch"])]
+    return [f"{key}: {value!r} is not a finite number of seconds above 0"
+            for key, value in limits if isinstance(value, float) and not math.isfinite(value)]
 
 
 def _build(path: Path, data: dict[str, Any]) -> Matrix:
