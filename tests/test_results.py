@@ -213,6 +213,25 @@ def test_deep_nesting(tmp_path):
     assert load_error(path).endswith("nested too deeply")
 
 
+def test_deep_nesting_inside_a_valid_looking_result(tmp_path):
+    data = rf.completed("2.13.0")
+    deep: list = []
+    for _ in range(500):
+        deep = [deep]
+    data["observations"]["deep"] = {"value": deep}
+    path = tmp_path / "deep-inside.json"
+    path.write_text(json.dumps(data))
+    assert load_error(path).endswith("nested too deeply (over 32 levels)")
+
+
+def test_lone_surrogates_are_replaced_so_the_result_can_be_written(tmp_path):
+    path = tmp_path / "surrogate.json"
+    path.write_text(json.dumps(rf.incomplete("2.13.0", "crashed", "?")).replace('"?"', '"bad \\ud800 text"'))
+    loaded = CellResult.load(path)
+    assert loaded.detail == "bad \ufffd text"
+    loaded.write(tmp_path / "again.json")
+
+
 def test_nan_and_infinity_are_not_json(tmp_path):
     data = rf.completed("2.13.0")
     path = tmp_path / "nan.json"

@@ -59,6 +59,8 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 DETAIL_LIMIT = 20_000  # detail: the tail of a log is what explains a crash
 TEXT_LIMIT = 20_000  # messages and reproducers: their head says what failed
 SHORT_LIMIT = 2_000  # reasons, observed text, titles, names
+# Deepest nesting of a real result is about 7 (promises.N.devices.D.failures[i].message).
+MAX_DEPTH = 32
 
 
 class ResultFileError(Exception):
@@ -71,6 +73,7 @@ class ResultFileError(Exception):
 # then C0/C1 control characters except tab and newline.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATES = re.compile(r"[\ud800-\udfff]")  # JSON can carry them; no UTF-8 writer can
 
 
 def clean_text(text: str, limit: int | None = None, keep: str = "head") -> str:
@@ -78,7 +81,7 @@ def clean_text(text: str, limit: int | None = None, keep: str = "head") -> str:
     characters (tab and newline kept, CR folded), and at most ``limit`` characters with a
     note saying how much was cut (``keep="tail"`` keeps the end, for log tails)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    text = _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
     if limit is None or len(text) <= limit:
         return text
     cut = len(text) - limit
@@ -100,6 +103,19 @@ def _clean_tree(value: Any, key: str | None = None) -> Any:
     if isinstance(value, list):
         return [_clean_tree(v, key) for v in value]
     return value
+
+
+def _check_depth(value: Any, source: str) -> None:
+    """Refuse nesting deeper than any result has, before anything recurses into it."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ResultFileError(f"{source}: not a cell result: nested too deeply (over {MAX_DEPTH} levels)")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
 
 
 # ---------------------------------------------------------------------------- schema
@@ -220,6 +236,7 @@ class CellResult(Mapping[str, Any]):
     """
 
     def __init__(self, data: Mapping[str, Any], source: str = "<result>") -> None:
+        _check_depth(data, source)
         self._data: dict[str, Any] = _clean_tree(validate(dict(data), source))
         self.source = source
 
