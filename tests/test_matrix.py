@@ -162,6 +162,23 @@ TWO = 'torch: [{version: "2.13.0"}, {version: "2.14.1"}]\n'
         pytest.param(BASE + 'torch: [{version: "2.13.0", extra_packages: [numpy]}, {version: "2.14.1"}]\n',
                      [": torch[0].extra_packages[0]: 'numpy' is not an extra requirement"], id="numpy-as-extra"),
         pytest.param(BASE + "torch: []\n", [": torch: must not be empty"], id="no-releases"),
+        pytest.param(BASE + TWO + "time_limit_s: .nan\n", [": time_limit_s: nan is not a finite number of seconds above 0"],
+                     id="nan-limit"),
+        pytest.param(BASE + TWO + "time_limit_s: .inf\n", [": time_limit_s: inf is not a finite number of seconds above 0"],
+                     id="inf-limit"),
+        pytest.param(BASE + 'torch: [{version: "2.13.0", time_limit_s: .NaN}, {version: "2.14.1"}]\n',
+                     [": torch[0].time_limit_s: nan is not a finite number of seconds above 0"], id="nan-release-limit"),
+        pytest.param(BASE + TWO + "time_limit_s: -.inf\n", [": time_limit_s: -inf is not a number of seconds above 0"],
+                     id="minus-inf-limit"),
+        pytest.param(BASE + 'torch: [{version: "02.13.0"}, {version: "2.14.1"}]\n',
+                     [": torch[0].version: '02.13.0' is not written canonically (no leading zeros): write '2.13.0'"],
+                     id="leading-zero-version"),
+        pytest.param('python: "3.11"\nbaseline: "2.13.00"\ncandidates: ["2.14.1"]\n' + TWO,
+                     [": baseline: '2.13.00' is not written canonically (no leading zeros): write '2.13.0'"],
+                     id="leading-zero-baseline"),
+        pytest.param('python: "3.11"\nbaseline: "2.13.0"\ncandidates: ["2.014.1"]\n' + TWO,
+                     [": candidates[0]: '2.014.1' is not written canonically (no leading zeros): write '2.14.1'"],
+                     id="leading-zero-candidate"),
     ],
 )
 def test_bad_matrix_is_refused_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
@@ -202,3 +219,17 @@ def test_module_command_exits_2_without_a_traceback(tmp_path: Path) -> None:
 
 def test_release_requirements_put_torch_first() -> None:
     assert Release("2.1.2", numpy="<2", extra_packages=("setuptools",)).requirements() == ["torch==2.1.2", "numpy<2", "setuptools"]
+
+
+def test_a_refused_limit_never_reaches_the_json_listing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN in the listing would be invalid JSON for the CI job matrix, and a limit never enforced."""
+    path = write(tmp_path, BASE + TWO + "time_limit_s: .nan\n")
+    assert main([str(path), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"{path}: time_limit_s: nan is not a finite number of seconds above 0\n"
+
+
+def test_canonical_versions_and_finite_limits_load(tmp_path: Path) -> None:
+    m = load(write(tmp_path, BASE + 'torch: [{version: "2.13.0", time_limit_s: 0.5}, {version: "2.14.1"}, {version: "10.0.0"}]\n'))
+    assert [r.version for r in m.releases] == ["2.13.0", "2.14.1", "10.0.0"]
+    assert m.cells[0].time_limit_s == 0.5
