@@ -65,16 +65,19 @@ def pytest_configure(config: pytest.Config) -> None:
     plan = plan_devices(config.getoption("device"), cuda_missing_reason())
     config.stash[PLAN] = plan
     config.stash[WARNINGS] = []
-    recorder = _start_recorder(config, plan)
     try:
-        config.stash[PROMISE_FILTER] = select_promises(config.getoption("promise"))
+        chosen = select_promises(config.getoption("promise"))
+    except pytest.UsageError as exc:
+        _record_usage_error(_start_recorder(config, plan, None), exc)
+        raise
+    config.stash[PROMISE_FILTER] = chosen
+    recorder = _start_recorder(config, plan, chosen)
+    try:
         if recorder is not None:
-            recorder.chosen = config.stash[PROMISE_FILTER]
             recorder.observe()  # before the class under test is imported: it may patch torch
         config.stash[IMPL] = _load_impl(config)
     except pytest.UsageError as exc:
-        if recorder is not None:
-            recorder.write_usage_error(str(exc))
+        _record_usage_error(recorder, exc)
         raise
 
 
@@ -83,17 +86,23 @@ def _is_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput")
 
 
-def _start_recorder(config: pytest.Config, plan: DevicePlan) -> recording.CellRecorder | None:
+def _start_recorder(config: pytest.Config, plan: DevicePlan, chosen: frozenset[str] | None) -> recording.CellRecorder | None:
     """With --cell-result, in the controller: hold the path and mark it in progress, first of all."""
     path = config.getoption("cell_result")
     if not path or not _is_controller(config):
         return None
     name = config.getoption("cell_name") or f"torch-{torch.__version__.split('+')[0]}"
     profile = config.getoption("hypothesis_profile", None) or DEFAULT_PROFILE
-    recorder = recording.CellRecorder(config, path, name, plan, None, config.getoption("impl"), profile)
+    recorder = recording.CellRecorder(config, path, name, plan, chosen, config.getoption("impl"), profile)
     recorder.hold()
     config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
     return recorder
+
+
+def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.UsageError) -> None:
+    """A run refused for bad input still replaces the result: an older pass must not stand."""
+    if recorder is not None:
+        recorder.write_usage_error(str(exc))
 
 
 def _load_impl(config: pytest.Config) -> impl_loader.Impl:

@@ -1,4 +1,7 @@
-"""Classes whose constructor cannot take the contract's arguments: a usage error, not a test failure."""
+"""Classes the suite must refuse before testing, or survive while testing.
+
+The first three cannot take the contract's arguments: a usage error, not a test failure.
+"""
 
 
 class PositionalFlags:
@@ -36,6 +39,28 @@ class SegfaultsOnFifth:
             if dtype == torch.bfloat16:
                 raise ValueError("NumPy has no bfloat16: pass with_numpy=False")
             self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class TwoBugsBuffer:
+    """Breaks two promises in two different tests: np is a copy (5), and bfloat16 with
+    with_numpy=True raises TypeError instead of ValueError (6)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        import torch
+
+        if with_numpy and dtype == torch.bfloat16:
+            raise TypeError("no bfloat16 in NumPy")
+        with torch.inference_mode(False):
+            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+            self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            self.np = self.cpu.numpy().copy()
 
     def copy_to_gpu(self, n=None):
         return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)

@@ -6,9 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cpugpu_conformance import results
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -29,15 +32,29 @@ class SuiteRun:
         assert self.result is not None
         return self.result["promises"][promise]["devices"][device].get("failures", [])
 
+    @property
+    def cell(self) -> results.CellResult:
+        """The result file through the model: validated, with outcome() and answer()."""
+        assert self.result is not None, f"no result file; stderr: {self.stderr[-2000:]}"
+        return results.CellResult(self.result, "cell.json")
 
-def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600) -> SuiteRun:
-    result_path = tmp_path / "cell.json"
-    cmd = [
+
+def suite_command(result_path: Path, *args: str, profile: str = "ci") -> list[str]:
+    return [
         sys.executable, "-m", "pytest", str(REPO / "conformance"), "-p", "no:cacheprovider", "-q",
         f"--hypothesis-profile={profile}", "--cell-result", str(result_path), *args,
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def suite_env() -> dict[str, str]:
+    """The caller's environment, minus what would change how the suite runs."""
+    return {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+
+
+def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600) -> SuiteRun:
+    result_path = tmp_path / "cell.json"
+    cmd = suite_command(result_path, *args, profile=profile)
+    proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=timeout)
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     return SuiteRun(proc.returncode, proc.stdout, proc.stderr, result)
 
@@ -46,3 +63,61 @@ def run_script(tmp_path: Path, source: str, name: str = "reproducer.py") -> subp
     path = tmp_path / name
     path.write_text(source)
     return subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+# A correct buffer whose constructor says a test is running (by creating MARKER), then
+# waits to be interrupted or killed: a suite run caught in the middle of a test.
+SLEEPING_IMPL = '''
+import pathlib
+import time
+
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+MARKER = pathlib.Path({marker!r})
+
+
+class Sleeper(CpuGpuBuffer):
+    def __init__(self, *size, **kwargs):
+        MARKER.touch()
+        time.sleep(300)
+        super().__init__(*size, **kwargs)
+'''
+
+
+@dataclass
+class Background:
+    """A suite run in a subprocess, caught in the middle of its first test."""
+
+    proc: subprocess.Popen[bytes]
+    marker: Path
+    log: Path
+
+    def wait_until_testing(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.marker.exists():
+            assert self.proc.poll() is None, f"the suite exited {self.proc.returncode} early:\n{self.output()}"
+            assert time.monotonic() < deadline, f"no test started within {timeout} s:\n{self.output()}"
+            time.sleep(0.1)
+
+    def finish(self, timeout: float = 60) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
+
+def start_sleeping_suite(tmp_path: Path, result_path: Path, *args: str) -> Background:
+    """Start the suite on a class that blocks in its constructor (the original-bug test runs first)."""
+    marker = tmp_path / "testing.marker"
+    impl = tmp_path / "sleeping_impl.py"
+    impl.write_text(SLEEPING_IMPL.format(marker=str(marker)))
+    log = tmp_path / "background.log"
+    cmd = suite_command(result_path, "--impl", f"{impl}:Sleeper", "--promise", "3", "--device", "cpu", *args)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=suite_env(), stdout=out, stderr=subprocess.STDOUT)
+    return Background(proc, marker, log)

@@ -70,7 +70,39 @@ def test_missing_device_is_skipped_never_passed(tmp_path):
     assert " passed" not in run.stdout.splitlines()[-1]
     assert run.result["devices"]["cuda"]["status"] == "skipped"
     assert "torch.cuda.is_available() is False" in run.result["devices"]["cuda"]["reason"]
-    assert {p["devices"]["cuda"]["verdict"] for p in run.result["promises"].values()} == {"skipped"}
+    assert run.result["devices"]["cpu"] == {"status": "not_requested", "reason": "not requested (--device cuda)"}
+    assert run.result["requested"] == {"device": "cuda", "promises": None}
+    verdicts = {p: e["devices"]["cuda"]["verdict"] for p, e in run.result["promises"].items()}
+    assert verdicts.pop("11") == "not_applicable", "promise 11 is about the CPU"
+    assert set(verdicts.values()) == {"skipped"}
+    answer = run.cell.answer()
+    assert answer.kind == "untested" and not answer.clean, answer
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+@pytest.mark.parametrize(
+    ("device_args", "requested", "reason"),
+    [
+        ((), "default", "not requested (default: the devices this machine has): no CUDA device"),
+        (("--device", "cpu"), "cpu", "not requested (--device cpu)"),
+    ],
+    ids=["default", "cpu"],
+)
+def test_cuda_not_asked_for_is_not_requested(tmp_path, device_args, requested, reason):
+    run = run_suite(tmp_path, "--promise", "10,11", *device_args)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result["devices"]["cpu"] == {"status": "tested"}
+    assert run.result["devices"]["cuda"]["status"] == "not_requested"
+    assert run.result["devices"]["cuda"]["reason"].startswith(reason)
+    assert run.result["requested"] == {"device": requested, "promises": ["10", "11"]}
+    for promise in run.result["promises"].values():
+        assert promise["devices"]["cuda"]["verdict"] == "not_requested"
+    # Promise 10 is about CUDA: on the CPU it has nothing to check, which is not a skip.
+    assert run.result["promises"]["10"]["devices"]["cpu"] == {
+        "verdict": "not_applicable", "reason": "promise 10 is about cuda", "passed": 0, "failed": 0, "skipped": 0}
+    assert run.verdict("11") == "recorded"
+    assert "test_cuda_pinned_memory" not in run.stdout, "a test of a promise that does not apply ran"
+    assert run.cell.answer().clean
 
 
 def test_cell_result_file(tmp_path):
@@ -84,7 +116,12 @@ def test_cell_result_file(tmp_path):
     assert env["torch"] == torch.__version__ and env["numpy"] == numpy.__version__
     assert env["torch_cuda"] == torch.version.cuda and "python" in env and "platform" in env
     assert loaded["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
-    assert loaded["promises"]["2"]["devices"]["cpu"] == {"verdict": "skipped", "reason": "not selected (--promise)"}
+    assert loaded["promises"]["1"]["devices"]["cpu"]["passed"] >= 1
+    assert loaded["promises"]["2"]["devices"]["cpu"] == {
+        "verdict": "not_requested", "reason": "not selected (--promise)", "passed": 0, "failed": 0, "skipped": 0}
+    assert loaded["requested"] == {"device": "all", "promises": ["1", "11"]}
+    assert loaded["pytest_exitstatus"] == 0 and loaded["warnings"] == []
+    assert loaded.outcome("2", "cpu").kind == "not_requested"
     assert loaded["observations"], "the cell carries the torch observations"
     assert not list(tmp_path.glob(".*.tmp")), "the atomic write left a temporary file"
 
