@@ -22,6 +22,7 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))  # the project's pure-Python tooling; need
 from cpugpu_conformance import bisect as bisecting
 from cpugpu_conformance import cell as cells
 from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -73,6 +75,20 @@ def _refuse_owned_options(session: nox.Session, allowed: tuple[str, ...] = ()) -
             session.error(f"{option} after --: {CELL_OWNED_OPTIONS[option]}")
 
 
+def _run_cell(session: nox.Session, run: Callable[[], results.CellResult]) -> results.CellResult:
+    """Run a cell; a second run on a busy result path is a session error naming the path."""
+    try:
+        return run()
+    except results.ResultPathBusy as exc:
+        session.error(str(exc))
+        raise  # session.error raises; for type checkers
+
+
+def _fail_unless_clean(session: nox.Session, result: results.CellResult) -> None:
+    if not result.answer().clean:
+        _fail(session, f"{result.name}: {result.describe()}")
+
+
 def _spec(name: str, release: matrices.Release | None, device: str | None, time_limit_s: float,
           pytest_args: list[str], results_dir: Path = RESULTS) -> cells.CellSpec:
     return cells.CellSpec(
@@ -95,18 +111,16 @@ def conformance(session: nox.Session, torch: str, device: str) -> None:
     session.notify("summary")  # runs after every cell, whatever they did
     spec = _spec(cell.name, cell.release, device, cell.time_limit_s, session.posargs)
     env_dir = Path(session.virtualenv.location)
-    result = cells.install_and_run(spec, cells.env_python(env_dir), env_dir=env_dir)
-    if not cells.is_ok(result):
-        _fail(session, f"{cell.name}: {cells.describe(result)}")
+    _fail_unless_clean(session, _run_cell(session, lambda: cells.install_and_run(spec, cells.env_python(env_dir), env_dir=env_dir)))
 
 
 @nox.session(venv_backend="none", default=False)
 def summary(session: nox.Session) -> None:
-    """Table of the cells this run ran (alone: every matrix cell); fails unless all passed."""
+    """Table of the cells this run ran (alone: every matrix cell); fails unless every one is clean."""
     names = list(dict.fromkeys(_cells_run)) or [c.name for c in MATRIX.cells]
     rows = cells.summarize(RESULTS, names)
     print("\n" + cells.format_summary(rows), flush=True)
-    bad = [r.cell for r in rows if not r.ok]
+    bad = [r.cell for r in rows if not r.clean]
     if bad:
         _fail(session, f"{len(bad)} of {len(rows)} cells did not pass: {', '.join(bad)}")
 
@@ -135,9 +149,7 @@ def installed(session: nox.Session) -> None:
     spec = _spec(name, matrices.Release(version, build=build or None), ours.device, MATRIX.time_limit_s, pytest_args)
     if ours.hypothesis_profile:
         spec.hypothesis_profile = ours.hypothesis_profile
-    result = cells.run_cell(spec, python)
-    if not cells.is_ok(result):
-        _fail(session, f"{name}: {cells.describe(result)}")
+    _fail_unless_clean(session, _run_cell(session, lambda: cells.run_cell(spec, python)))
 
 
 @nox.session(python=MATRIX.python)
@@ -213,7 +225,8 @@ def bisect_releases(session: nox.Session) -> None:
         env_dir = ROOT / ".nox" / f"bisect-torch-{version}"
         spec = _spec(matrices.cell_name(version, ours.device), release, ours.device,
                      release.time_limit_s or MATRIX.time_limit_s, pytest_args, RESULTS / "bisect")
-        cells.install_and_run(spec, cells.create_env(env_dir, MATRIX.python), env_dir=env_dir)
+        python = cells.create_env(env_dir, MATRIX.python)
+        _run_cell(session, lambda: cells.install_and_run(spec, python, env_dir=env_dir))
         return spec.result_path
 
     code = bisecting.run(good, bad, run_release, index_url=MATRIX.index_url)

@@ -2,21 +2,26 @@
 
 The fault tests use a fake interpreter: it answers the torch probe (``python -c``) like
 Python, with a fake torch package of the version a test chooses, and does whatever the
-test asks instead of running pytest.
+test asks instead of running pytest. The interrupt tests run the cell runner in a process
+of its own (signals go to a main thread) and poll for what they wait on, with deadlines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import result_factory as rf
 
 from cpugpu_conformance import cell, results
 from cpugpu_conformance.cell import CellSpec, Install, torch_mismatch
@@ -61,7 +66,8 @@ def spec(tmp_path: Path, *, release: Release | None = None, limit: float = 60, d
                     results_dir=tmp_path / "results", project_dir=ROOT)
 
 
-# Writes a completed result where the suite would (argv: conformance --cell-result PATH --cell-name NAME ...).
+# Writes a completed result where the suite would (argv: conformance --cell-result PATH --cell-name NAME ...):
+# promise 1 asked for (--promise 1) and checked on cpu, with the given verdict.
 WRITE_RESULT = """\
     import sys
     sys.path.insert(0, {src!r})
@@ -69,12 +75,15 @@ WRITE_RESULT = """\
     args = sys.argv[1:]
     path, name = args[args.index("--cell-result") + 1], args[args.index("--cell-name") + 1]
     verdict = {verdict!r}
-    results.write_atomic(path, results.new_result(
+    on_cpu = {{"verdict": verdict, "passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 0}}
+    if verdict == "failed":
+        on_cpu["failures"] = [{{"test": "test_shape", "message": "AssertionError: shape differs"}}]
+    results.new_result(
         name, "completed", environment={{"torch": {torch!r}}}, duration_s=1.5,
-        devices={{"cpu": {{"status": "tested"}}, "cuda": {{"status": "skipped", "reason": "no CUDA device"}}}},
-        promises={{"1": {{"title": "Shape and dtype", "devices": {{"cpu": {{"verdict": verdict}},
-                                                               "cuda": {{"verdict": "skipped"}}}}}}}},
-        counts={{"passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 1}}))
+        requested={{"promises": ["1"], "device": "cpu"}},
+        devices={{"cpu": {{"status": "tested"}}, "cuda": {{"status": "not_requested", "reason": "--device cpu"}}}},
+        promises={{"1": {{"title": "Shape and dtype", "devices": {{"cpu": on_cpu, "cuda": {{"verdict": "not_requested"}}}}}}}},
+        counts={{"passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 0}}).write(path)
     print("suite args:", " ".join(args))
     sys.exit(0 if verdict == "passed" else 1)
 """
@@ -84,8 +93,13 @@ def writes_result(verdict: str = "passed", torch: str = "2.15.0+cu130") -> str:
     return WRITE_RESULT.format(src=str(ROOT / "src"), verdict=verdict, torch=torch)
 
 
-def on_disk(s: CellSpec) -> dict:
+def on_disk(s: CellSpec) -> results.CellResult:
     return results.load(s.result_path)
+
+
+def leftovers(s: CellSpec) -> list[str]:
+    """Hidden files in the results folder: staging files, locks, temporary writes."""
+    return sorted(p.name for p in s.results_dir.glob(".*"))
 
 
 # --------------------------------------------------------------------------- outcomes of the test process
@@ -95,20 +109,33 @@ def test_finished_run_keeps_the_suites_result_and_the_command_it_was_given(tmp_p
     s = spec(tmp_path)
     s.pytest_args = ("--impl", "pkg.mod:Cls")
     result = cell.run_cell(s, fake_python(tmp_path, writes_result("passed")))
+    assert isinstance(result, results.CellResult)
     assert result == on_disk(s)
-    assert result["status"] == "completed" and cell.is_ok(result)
+    assert result.status == "completed" and result.answer().clean
+    assert result.describe() == "passed (1 passed, 0 failed, 0 untested, 0 recorded)"
+    # what the cell asked for, and what the suite says it was asked (its own keys win)
     assert result["requested"]["torch"] == "2.15.0" and result["requested"]["device"] == "cpu"
+    assert result["requested"]["promises"] == ["1"]
     log = s.log_path.read_text()
     assert "suite args: conformance --cell-result" in log
     assert "--cell-name torch-2.15.0-cpu --hypothesis-profile ci -p no:cacheprovider --device cpu --impl pkg.mod:Cls" in log
-    assert not list(s.results_dir.glob(".*")), "the staging file is gone"
+    assert leftovers(s) == [], "the staging file and the lock are gone"
 
 
-def test_failed_promise_is_a_completed_cell_that_is_not_ok(tmp_path: Path) -> None:
+def test_failed_promise_is_a_completed_cell_that_is_not_clean(tmp_path: Path) -> None:
     result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, writes_result("failed")))
-    assert result["status"] == "completed"
-    assert not cell.is_ok(result)
-    assert cell.describe(result).startswith("FAILED (0 passed, 1 failed, 1 skipped")
+    assert result.status == "completed"
+    assert result.answer().kind == "failed" and not result.answer().clean
+    assert result.describe() == "FAILED (0 passed, 1 failed, 0 untested, 0 recorded)"
+
+
+def test_a_completed_run_that_checked_nothing_is_untested_not_passed(tmp_path: Path) -> None:
+    """The suite said 'passed' but counted no check: the model's rule, not the writer's word, decides."""
+    behaviour = writes_result("passed").replace('"passed": int(verdict == "passed")', '"passed": 0', 1)
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "completed"
+    assert result.answer().kind == "untested" and not result.answer().clean
+    assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
 
 
 def test_abort_is_recorded_as_crashed_with_the_log_tail(tmp_path: Path) -> None:
@@ -116,10 +143,12 @@ def test_abort_is_recorded_as_crashed_with_the_log_tail(tmp_path: Path) -> None:
     result = cell.run_cell(s, fake_python(tmp_path, "import os\nprint('collecting the buffer tests')\nos.abort()\n"))
     assert result == on_disk(s)
     assert result["status"] == "crashed"
+    assert result.describe().startswith("crashed: killed by SIGABRT")
     assert result["detail"].startswith("killed by SIGABRT; last lines of the log:")
     assert "collecting the buffer tests" in result["detail"]
     assert result["environment"]["torch"] == "2.15.0+cu130"  # what the cell had, for the report
     assert "promises" not in result
+    assert leftovers(s) == []
 
 
 def test_killed_like_out_of_memory_is_crashed(tmp_path: Path) -> None:
@@ -179,6 +208,16 @@ def test_a_run_that_did_not_finish_its_job_is_an_error(tmp_path: Path, behaviour
     result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
     assert result["status"] == "error"
     assert result["detail"].startswith(headline)
+    assert not result.answer().clean
+
+
+def test_pytest_exit_2_is_interrupted_never_completed_or_error(tmp_path: Path) -> None:
+    behaviour = "import sys\nprint('!!!!!!!!!!!!!!!!!!! KeyboardInterrupt !!!!!!!!!!!!!!!!!!!')\nsys.exit(2)\n"
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "interrupted"
+    assert result["detail"].startswith("pytest exited 2 (interrupted); last lines of the log:")
+    assert "KeyboardInterrupt" in result["detail"]
+    assert result.answer().kind == "interrupted" and not result.answer().clean
 
 
 def test_an_invalid_result_file_is_an_error_not_a_pass(tmp_path: Path) -> None:
@@ -201,7 +240,7 @@ def test_wrong_torch_version_stops_the_cell_before_testing(tmp_path: Path) -> No
     assert result["status"] == "wrong_torch"
     assert result["detail"].startswith("asked for torch 2.15.0, the environment has torch 2.14.1+cu130 (")
     assert "suite args" not in s.log_path.read_text(), "the suite never ran"
-    assert not cell.is_ok(result)
+    assert not result.answer().clean
 
 
 def test_torch_the_suite_imported_is_checked_too(tmp_path: Path) -> None:
@@ -278,34 +317,93 @@ def test_install_error_keeps_the_end_of_the_installers_output() -> None:
 
 
 def _write(dirpath: Path, name: str, status: str, **fields) -> None:
-    results.write_atomic(dirpath / f"{name}.json", results.new_result(name, status, **fields))
+    results.new_result(name, status, **fields).write(dirpath / f"{name}.json")
 
 
-def test_summary_table_shows_every_cell_and_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _write_dict(dirpath: Path, name: str, data: dict) -> None:
+    results.CellResult(data).write(dirpath / f"{name}.json")
+
+
+def summary_folder(tmp_path: Path) -> Path:
+    """One cell of every kind of answer, and two without a readable result."""
     d = tmp_path / "results"
-    promises = {"1": {"title": "t", "devices": {"cpu": {"verdict": "passed"}, "cuda": {"verdict": "skipped"}}},
-                "11": {"title": "t", "devices": {"cpu": {"verdict": "recorded"}}}}
-    _write(d, "torch-2.13.0-cpu", "completed", requested={"torch": "2.13.0", "device": "cpu"}, promises=promises, duration_s=12.5)
+    _write_dict(d, "torch-2.13.0-cpu", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    _write_dict(d, "torch-2.14.1-cpu", rf.completed("2.14.1", cell="torch-2.14.1-cpu", failed={
+        ("3", "cpu"): [rf.failure("test_mutable", "RuntimeError: Inplace update to inference tensor", "print(1)")]}))
+    _write_dict(d, "torch-2.12.0-cpu", rf.completed("2.12.0", cell="torch-2.12.0-cpu", drop_promises=("2",)))
     _write(d, "torch-2.9.1-cpu", "crashed", requested={"torch": "2.9.1", "device": "cpu"}, detail="killed by SIGABRT")
     _write(d, "torch-99.0.0-cpu", "not_installed", requested={"torch": "99.0.0", "device": "cpu"}, detail="no torch")
-    rows = cell.summarize(d, ["torch-2.13.0-cpu", "torch-2.9.1-cpu", "torch-99.0.0-cpu", "torch-2.15.0-cpu"])
-    table = cell.format_summary(rows)
-    lines = table.splitlines()
-    assert lines[0].split() == ["cell", "torch", "device", "status", "passed", "failed", "skipped", "recorded", "duration"]
-    assert lines[1].split()[:4] == ["torch-2.9.1-cpu", "2.9.1", "cpu", "CRASHED"]
-    assert lines[2].split() == ["torch-2.13.0-cpu", "2.13.0", "cpu", "passed", "1", "0", "1", "1", "12.5", "s"]
-    assert lines[3].split()[:5] == ["torch-2.15.0-cpu", "2.15.0", "cpu", "NO", "RESULT"], "a cell without a file is shown, not dropped"
-    assert lines[4].split()[:5] == ["torch-99.0.0-cpu", "99.0.0", "cpu", "NOT", "INSTALLED"]
-    assert lines[-1].startswith("4 cells, 1 clean, 3 not")
+    results.placeholder("torch-2.11.0-cpu", requested={"torch": "2.11.0", "device": "cpu"}).write(d / "torch-2.11.0-cpu.json")
+    (d / "torch-2.10.0-cpu.json").write_text("{not json")
+    return d
+
+
+ALL_CELLS = ["torch-2.13.0-cpu", "torch-2.14.1-cpu", "torch-2.12.0-cpu", "torch-2.9.1-cpu", "torch-99.0.0-cpu",
+             "torch-2.11.0-cpu", "torch-2.10.0-cpu", "torch-2.15.0-cpu"]
+
+
+def test_summary_table_shows_each_cells_answer_and_why(tmp_path: Path) -> None:
+    d = summary_folder(tmp_path)
+    rows = cell.summarize(d, ALL_CELLS)
+    assert [(r.cell, r.torch, r.device, r.mark, r.clean) for r in rows] == [
+        ("torch-2.9.1-cpu", "2.9.1", "cpu", "CRASHED", False),
+        ("torch-2.10.0-cpu", "2.10.0", "cpu", "UNREADABLE", False),
+        ("torch-2.11.0-cpu", "2.11.0", "cpu", "INTERRUPTED", False),  # a run in progress or killed: its placeholder
+        ("torch-2.12.0-cpu", "2.12.0", "cpu", "UNTESTED", False),
+        ("torch-2.13.0-cpu", "2.13.0", "cpu", "passed", True),
+        ("torch-2.14.1-cpu", "2.14.1", "cpu", "FAILED", False),
+        ("torch-2.15.0-cpu", "2.15.0", "cpu", "NO RESULT", False),  # a cell without a file is shown, not dropped
+        ("torch-99.0.0-cpu", "99.0.0", "cpu", "NOT INSTALLED", False),
+    ]
+    lines = cell.format_summary(rows).splitlines()
+    assert lines[0].split() == ["cell", "torch", "device", "answer", "passed", "failed", "untested", "recorded", "duration"]
+    assert lines[1].split() == ["torch-2.9.1-cpu", "2.9.1", "cpu", "CRASHED", "-", "-", "-", "-", "-"]
+    assert lines[4].split() == ["torch-2.12.0-cpu", "2.12.0", "cpu", "UNTESTED", "8", "0", "1", "1", "12.5", "s"]
+    assert lines[5].split() == ["torch-2.13.0-cpu", "2.13.0", "cpu", "passed", "9", "0", "0", "1", "12.5", "s"]
+    assert lines[6].split() == ["torch-2.14.1-cpu", "2.14.1", "cpu", "FAILED", "8", "1", "0", "1", "12.5", "s"]
+    assert lines[8].split()[:5] == ["torch-99.0.0-cpu", "99.0.0", "cpu", "NOT", "INSTALLED"]
+    why = lines[9:-1]
+    assert why[0] == "torch-2.9.1-cpu: crashed: killed by SIGABRT"
+    assert why[1].startswith(f"torch-2.10.0-cpu: {d / 'torch-2.10.0-cpu.json'}: not JSON")
+    assert why[2].startswith("torch-2.11.0-cpu: interrupted: the run that started at ")
+    assert why[3].startswith("torch-2.12.0-cpu: promise 2 (Zeroed) on cpu: untested")
+    assert why[4].startswith("torch-2.14.1-cpu: promise 3 (Mutable wherever they were made) on cpu: failed")
+    assert why[5] == f"torch-2.15.0-cpu: {d / 'torch-2.15.0-cpu.json'}: no such result file"
+    assert why[6] == "torch-99.0.0-cpu: not installed: no torch"
+    assert len(why) == 7, "the clean cell needs no reason"
+    assert lines[-1] == "8 cells, 1 clean, 7 not (counts are promise x device outcomes)"
+
+
+def test_summary_exits_0_only_when_every_cell_is_clean(tmp_path: Path) -> None:
+    d = summary_folder(tmp_path)
     assert cell.main(["summary", str(d)]) == 1
     assert cell.main(["summary", str(d), "--cells", "torch-2.13.0-cpu"]) == 0
+    for name in ALL_CELLS:
+        if name != "torch-2.13.0-cpu":
+            assert cell.main(["summary", str(d), "--cells", f"torch-2.13.0-cpu,{name}"]) == 1, name
     assert cell.main(["summary", str(tmp_path / "empty")]) == 2
 
 
-def test_summary_of_an_unreadable_file_is_not_ok(tmp_path: Path) -> None:
-    (tmp_path / "torch-2.13.0-cpu.json").write_text("{not json")
-    [row] = cell.summarize(tmp_path)
-    assert (row.status, row.ok) == ("unreadable", False)
+def test_summary_without_names_reads_every_result_file(tmp_path: Path) -> None:
+    d = summary_folder(tmp_path)
+    names = {r.cell for r in cell.summarize(d)}
+    assert names == set(ALL_CELLS) - {"torch-2.15.0-cpu"}
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "not-a-result", "old-schema"])
+def test_summary_of_an_unreadable_file_is_its_own_row_and_never_clean(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "torch-2.13.0-cpu.json"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-a-result":
+        path.write_text('{"status": "completed"}')
+    else:
+        path.write_text(json.dumps({**rf.completed("2.13.0"), "schema_version": 1}))
+    [row] = cell.summarize(tmp_path, ["torch-2.13.0-cpu"])
+    assert (row.answer, row.clean, row.mark) == ("unreadable", False, "UNREADABLE")
+    assert row.why.startswith(str(path))
 
 
 def test_result_file_json_is_what_the_schema_accepts(tmp_path: Path) -> None:
@@ -313,9 +411,246 @@ def test_result_file_json_is_what_the_schema_accepts(tmp_path: Path) -> None:
     cell.run_cell(s, fake_python(tmp_path, "import os\nos.abort()\n"))
     data = json.loads(s.result_path.read_text())
     results.validate(data)
+    assert data["schema_version"] == results.SCHEMA_VERSION
     assert data["requested"] == {"device": "cpu", "hypothesis_profile": "ci", "time_limit_s": 60, "torch": "2.15.0",
                                  "numpy": None, "build": None, "requirements": ["torch==2.15.0", "numpy"],
                                  "index_url": None}
+
+
+# --------------------------------------------------------------------------- one run per result path, interrupts
+
+# The suite, held mid-run: it takes its staging file and lock as the recorder does, starts a
+# child, says where they are, and waits to be stopped.
+HELD_SUITE = """\
+    import os, subprocess, sys, time
+    args = sys.argv[1:]
+    staging = args[args.index("--cell-result") + 1]
+    open(staging, "w").write("{{}}")
+    open(os.path.join(os.path.dirname(staging), "." + os.path.basename(staging) + ".lock"), "w").write("held")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print("still testing", flush=True)
+    with open({pids!r} + ".tmp", "w") as fh:
+        fh.write(f"{{os.getpid()}} {{child.pid}}")
+    os.replace({pids!r} + ".tmp", {pids!r})
+    time.sleep(120)
+"""
+
+# The cell runner in a process of its own (signal handlers belong to a main thread).
+RUNNER = """\
+    import sys
+    from pathlib import Path
+    from cpugpu_conformance import cell
+    from cpugpu_conformance.matrix import Release
+    spec = cell.CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
+                         time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
+    try:
+        cell.run_cell(spec, {python!r})
+    except cell.CellInterrupted as exc:
+        print("runner stopped by", exc.signum, flush=True)
+        sys.exit(3)
+"""
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 30) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"waited {timeout:g} s for {what}")
+
+
+def is_gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie waiting for init to reap it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def held_suite_pids(pids: Path) -> list[int] | None:
+    try:
+        return [int(p) for p in pids.read_text().split()]
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class HeldRun:
+    """A cell runner process whose suite is held mid-run."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.pids_file = tmp_path / "suite.pids"
+        self.spec = spec(tmp_path)
+        python = fake_python(tmp_path / "held", HELD_SUITE.format(pids=str(self.pids_file)))
+        script = tmp_path / "runner.py"
+        script.write_text(textwrap.dedent(RUNNER.format(results=str(self.spec.results_dir), root=str(ROOT), python=str(python))))
+        self.proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.pids: list[int] = wait_for(lambda: held_suite_pids(self.pids_file), "the suite to start")  # type: ignore[assignment]
+
+    def stop(self, sig: int) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out
+
+    def cleanup(self) -> None:
+        """Whatever the test did, leave no process behind."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
+        for pid in self.pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.fixture
+def held_run(tmp_path: Path):
+    runs: list[HeldRun] = []
+
+    def start() -> HeldRun:
+        runs.append(HeldRun(tmp_path))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.cleanup()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_ends_the_test_group_records_interrupted_and_leaves_no_files(held_run, sig: int) -> None:
+    run = held_run()
+    code, out = run.stop(sig)
+    assert code == 3 and f"runner stopped by {int(sig)}" in out, out
+    result = on_disk(run.spec)
+    assert result.status == "interrupted"
+    assert result["detail"].startswith(f"interrupted by {sig.name} (a cancelled CI job, Ctrl-C, a kill); last lines of the log:")
+    assert "still testing" in result["detail"]
+    assert result["environment"]["torch"] == "2.15.0+cu130" and result["requested"]["torch"] == "2.15.0"
+    assert result.answer().kind == "interrupted" and not result.answer().clean
+    for pid in run.pids:  # the suite and the child it started
+        wait_for(lambda pid=pid: is_gone(pid), f"process {pid} of the test group to end", timeout=15)
+    assert leftovers(run.spec) == [], "no staging file, no lock, no temporary write"
+
+
+def test_a_second_run_on_the_same_result_path_refuses_and_leaves_the_first_alone(held_run, tmp_path: Path) -> None:
+    run = held_run()
+    first_log = run.spec.log_path.read_text()
+    assert "still testing" in first_log
+    before = run.spec.result_path.read_bytes()
+    with pytest.raises(results.ResultPathBusy) as refused:
+        cell.run_cell(spec(tmp_path), fake_python(tmp_path / "second", writes_result("passed")))
+    message = str(refused.value)
+    assert message.startswith(f"{run.spec.result_path}: another run is writing this result file")
+    assert "\n" not in message
+    assert run.spec.result_path.read_bytes() == before, "the running cell's file is untouched"
+    assert run.spec.log_path.read_text().startswith(first_log), "and so is its log"
+    assert run.proc.poll() is None, "the first run goes on"
+    assert on_disk(run.spec).status == "interrupted", "while it runs, its path holds the placeholder"
+    code, _ = run.stop(signal.SIGTERM)
+    assert code == 3
+
+
+def test_a_runner_killed_outright_leaves_interrupted_never_the_old_pass(held_run, tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    cell.run_cell(s, fake_python(tmp_path / "earlier", writes_result("passed")))
+    assert on_disk(s).answer().clean
+    run = held_run()
+    code, _ = run.stop(signal.SIGKILL)  # no handler runs: the placeholder is what remains
+    assert code == -signal.SIGKILL
+    result = on_disk(s)
+    assert result.status == "interrupted"
+    assert "did not finish: it was killed, or is still running" in result["detail"]
+    assert cell.main(["summary", str(s.results_dir)]) == 1
+    run.cleanup()  # its suite outlived it (its own session); the next run must not mind the leftovers
+    after = cell.run_cell(s, fake_python(tmp_path / "later", writes_result("passed")))
+    assert after.answer().clean and on_disk(s) == after
+    assert leftovers(s) == []
+
+
+def _in_main_thread() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers belong to the main thread")
+
+
+def test_a_signal_during_cleanup_waits_until_the_cleanup_is_done() -> None:
+    _in_main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
+    done = []
+    with cell.interrupts_raised() as interrupts:
+        assert signal.getsignal(signal.SIGTERM) == interrupts.handle
+        with pytest.raises(cell.CellInterrupted) as raised:
+            with interrupts.deferred():
+                signal.raise_signal(signal.SIGTERM)  # runs the handler before it returns
+                done.append("cleaned up")
+        assert done == ["cleaned up"] and raised.value.signum == signal.SIGTERM
+        signal.raise_signal(signal.SIGINT)  # once is enough: the run is already stopping
+    assert signal.getsignal(signal.SIGTERM) == previous, "the previous handler is back"
+
+
+def test_a_runner_bug_is_recorded_as_error_not_left_as_the_placeholder(tmp_path: Path, monkeypatch) -> None:
+    s = spec(tmp_path)
+
+    def broken_probe(python):
+        raise RuntimeError("probe exploded")
+
+    monkeypatch.setattr(cell, "probe_torch", broken_probe)
+    with pytest.raises(RuntimeError):
+        cell.run_cell(s, sys.executable)
+    result = on_disk(s)
+    assert result.status == "error" and result["detail"] == "the cell runner failed: RuntimeError: probe exploded"
+    assert leftovers(s) == []
+
+
+# --------------------------------------------------------------------------- the CI fallback (record-unfinished)
+
+
+def test_fallback_records_a_missing_result_as_error_with_the_nox_tail(tmp_path: Path) -> None:
+    log = tmp_path / "nox.log"
+    log.write_text("nox > Running session conformance\nnox > Python interpreter 3.11 not found\n")
+    path = tmp_path / "results" / "torch-2.15.0-cpu.json"
+    line = cell.record_unfinished(path, "torch-2.15.0-cpu", "conformance(torch='2.15.0', device='cpu')", log)
+    assert line == f"{path}: recorded as error"
+    result = results.load(path)
+    assert result.status == "error" and result.name == "torch-2.15.0-cpu"
+    assert result["detail"].startswith("nox -s conformance(torch='2.15.0', device='cpu') ended without a result file\n")
+    assert result["detail"].endswith("Python interpreter 3.11 not found")
+
+
+def test_fallback_adds_the_nox_tail_to_a_placeholder_and_keeps_it_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "torch-2.15.0-cpu.json"
+    results.placeholder("torch-2.15.0-cpu", requested={"torch": "2.15.0", "device": "cpu"}).write(path)
+    log = tmp_path / "nox.log"
+    log.write_text("nox > Running session conformance\nError: The operation was canceled.\n")
+    assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", log) == f"{path}: recorded as interrupted"
+    result = results.load(path)
+    assert result.status == "interrupted" and result.requested["torch"] == "2.15.0"
+    assert "did not finish" in result["detail"] and result["detail"].endswith("The operation was canceled.")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b'{"status": "completed"}'], ids=["json", "utf8", "schema"])
+def test_fallback_replaces_an_unreadable_result_with_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "torch-2.15.0-cpu.json"
+    path.write_bytes(content)
+    assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", tmp_path / "no-log") == f"{path}: recorded as error"
+    result = results.load(path)
+    assert result.status == "error"
+    assert result["detail"].startswith(f"nox -s s left a result file that cannot be read ({path}: ")
+    assert result["detail"].endswith("nox -s s left no output")
+
+
+def test_fallback_keeps_an_answer_that_stands(tmp_path: Path) -> None:
+    path = tmp_path / "torch-2.15.0-cpu.json"
+    results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(path)
+    before = path.read_bytes()
+    assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s") is None
+    assert path.read_bytes() == before
+    assert cell.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
 
 
 # --------------------------------------------------------------------------- the real suite (issue 4)

@@ -6,12 +6,14 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for, writes_result
 
 from cpugpu_conformance import results
 from cpugpu_conformance.matrix import load
@@ -91,11 +93,23 @@ def test_other_sessions_exist_and_only_lint_and_tests_run_by_default() -> None:
     assert every == {"tests", "lint", "report", "gate", "bisect", "installed", "summary"}
 
 
-def test_broken_matrix_stops_nox_before_anything_is_made(tmp_path: Path) -> None:
-    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}, {version: "2.x"}]\n')
+@pytest.mark.parametrize(
+    ("releases", "problem"),
+    [
+        ('torch: [{version: "98.0.0"}, {version: "99.0.0"}, {version: "2.x"}]\n',
+         "torch[2].version: '2.x' is not a version like 2.13.0"),
+        ('torch: [{version: "98.0.0"}, {version: "099.0.0"}]\n',
+         "torch[1].version: '099.0.0' is not written canonically (no leading zeros): write '99.0.0'"),
+        ('torch: [{version: "98.0.0", time_limit_s: .nan}, {version: "99.0.0"}]\n',
+         "torch[0].time_limit_s: nan is not a finite number of seconds above 0"),
+    ],
+    ids=["malformed-version", "leading-zero", "nan-limit"],
+)
+def test_broken_matrix_stops_nox_before_anything_is_made(tmp_path: Path, releases: str, problem: str) -> None:
+    matrix = write_matrix(tmp_path, releases)
     proc = nox("-s", "conformance", "--envdir", str(tmp_path / "envs"), matrix=matrix)
     assert proc.returncode == 2
-    assert proc.stderr == f"{matrix}: torch[2].version: '2.x' is not a version like 2.13.0\n"
+    assert proc.stderr == f"{matrix}: {problem}\n"
     assert not (tmp_path / "envs").exists()
 
 
@@ -113,7 +127,10 @@ def test_every_cell_runs_and_the_run_fails_after_a_summary(tmp_path: Path) -> No
     table = proc.stdout[proc.stdout.index("cell  "):].splitlines()
     assert [line.split()[:5] for line in table[1:3]] == [
         ["torch-98.0.0-cpu", "98.0.0", "cpu", "NOT", "INSTALLED"], ["torch-99.0.0-cpu", "99.0.0", "cpu", "NOT", "INSTALLED"]]
+    assert table[3].startswith("torch-98.0.0-cpu: not installed: ") and "torch==98.0.0" in table[3]
+    assert "2 cells, 0 clean, 2 not" in proc.stdout
     assert "2 of 2 cells did not pass" in proc.stderr
+    assert not [p.name for p in out.glob(".*")], "no lock or staging file is left"
 
 
 def test_cell_owned_options_are_refused_after_the_double_dash(tmp_path: Path) -> None:
@@ -190,3 +207,58 @@ def test_bisect_needs_two_releases() -> None:
     proc = nox("-s", "bisect", "--", "2.13.0")
     assert proc.returncode == 1
     assert "usage: nox -s bisect -- GOOD BAD [--device cpu|cuda] [pytest args]" in proc.stderr
+
+
+# --------------------------------------------------------------------------- interrupts and busy result paths, through nox
+# The `installed` session with a fake interpreter (tests/test_cell.py): nothing to install, a suite held mid-run.
+
+
+def nox_installed(tmp_path: Path, python: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    cmd = [*nox_command(), "-f", str(ROOT / "noxfile.py"), "-s", "installed", "--envdir", str(tmp_path / "envs"),
+           "--", "--device", "cpu", *args]
+    env = dict(os.environ, NOX_SCRIPT_MODE="none", CONFORMANCE_RESULTS=str(tmp_path / "results"), CONFORMANCE_PYTHON=str(python))
+    env.pop("CONFORMANCE_MATRIX", None)
+    return cmd, env
+
+
+def test_sigterm_to_nox_stops_the_suite_and_records_the_cell_as_interrupted(tmp_path: Path) -> None:
+    pids_file = tmp_path / "suite.pids"
+    cmd, env = nox_installed(tmp_path, fake_python(tmp_path / "held", HELD_SUITE.format(pids=str(pids_file))))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: held_suite_pids(pids_file), "the suite to start", timeout=120)  # type: ignore[assignment]
+        proc.send_signal(signal.SIGTERM)  # what a CI cancel sends
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out  # nox stops as on Ctrl-C: no later session runs
+        assert "Session installed interrupted" in out
+        for pid in pids:
+            wait_for(lambda pid=pid: is_gone(pid), f"process {pid} of the test group to end", timeout=15)
+        out_dir = tmp_path / "results"
+        result = results.load(out_dir / "installed-torch-2.15.0-cpu.json")
+        assert result.status == "interrupted"
+        assert result["detail"].startswith("interrupted by SIGTERM") and "still testing" in result["detail"]
+        assert not [p.name for p in out_dir.glob(".*")], "no staging file, lock or temporary file is left"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def test_a_second_run_on_a_busy_result_path_is_a_session_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "results" / "installed-torch-2.15.0-cpu.json"
+    results.new_result("installed-torch-2.15.0-cpu", "crashed", detail="the running one's").write(path)
+    before = path.read_bytes()
+    cmd, env = nox_installed(tmp_path, fake_python(tmp_path / "fake", writes_result("passed")))
+    with results.exclusive(path):  # another run holds the path
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    assert f"nox > Session installed aborted: {path}: another run is writing this result file (pid {os.getpid()}, since " \
+        in proc.stderr
+    assert "suite args" not in proc.stdout + proc.stderr, "nothing ran"
+    assert path.read_bytes() == before

@@ -210,13 +210,15 @@ def test_the_tools_ci_installs_cover_the_noxfile_script_dependencies():
 
 
 def run_step_script(job: str, fragment: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run a `shell: python` step as the runner does (python SCRIPT) in ``cwd``, the venv's tools first on PATH."""
+    """Run a `shell: python` or `shell: bash` step as the runner does (python SCRIPT, bash -eo pipefail
+    SCRIPT) in ``cwd``, the venv's tools (its python among them) first on PATH."""
     step = step_named(job, fragment)
-    assert step["shell"] == "python"
-    script = Path(env["RUNNER_TEMP"]) / "step.py"
+    assert step["shell"] in ("python", "bash")
+    script = Path(env["RUNNER_TEMP"]) / f"step.{'py' if step['shell'] == 'python' else 'sh'}"
     script.write_text(step["run"], encoding="utf-8")
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
-    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
+    shell = [sys.executable] if step["shell"] == "python" else ["bash", "--noprofile", "--norc", "-eo", "pipefail"]
+    return subprocess.run([*shell, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_listing(tmp_path: Path, matrix_file: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
@@ -294,21 +296,51 @@ def test_listing_fails_on_a_broken_matrix(tmp_path):
     assert not output.exists()
 
 
+CELL_ENV = {"CELL": "torch-2.15.0-cpu", "SESSION": "conformance(torch='2.15.0', device='cpu')"}
+
+
+def fallback(tmp_path: Path, nox_output: str | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    """The cell job's fallback step, after a `Run the cell` step that wrote ``nox_output``."""
+    if nox_output is not None:
+        (tmp_path / "nox.log").write_text(nox_output)
+    run = run_step_script("cell", "left no result", tmp_path, {**CELL_ENV, "RUNNER_TEMP": str(tmp_path)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run, tmp_path / "results" / "torch-2.15.0-cpu.json"
+
+
 def test_a_cell_that_left_no_result_is_recorded_as_error_with_the_nox_tail(tmp_path):
-    (tmp_path / "nox.log").write_text("nox > Running session conformance\nnox > Python interpreter 3.11 not found\n")
-    env = {"CELL": "torch-2.15.0-cpu", "SESSION": "conformance(torch='2.15.0', device='cpu')", "RUNNER_TEMP": str(tmp_path)}
-    run = run_step_script("cell", "left no result", tmp_path, env)
-    assert run.returncode == 0, run.stderr
-    result = results.load(tmp_path / "results" / "torch-2.15.0-cpu.json")
+    run, path = fallback(tmp_path, "nox > Running session conformance\nnox > Python interpreter 3.11 not found\n")
+    assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as error"
+    result = results.load(path)
     assert result["status"] == "error" and result["cell"] == "torch-2.15.0-cpu"
     assert "ended without a result file" in result["detail"]
     assert result["detail"].endswith("Python interpreter 3.11 not found")
 
 
+def test_a_cell_killed_before_its_answer_stays_interrupted_with_the_nox_tail(tmp_path):
+    """A cancel or the job's time limit killed nox: its result path still holds the run's placeholder."""
+    results.placeholder("torch-2.15.0-cpu", requested={"torch": "2.15.0", "device": "cpu"}).write(
+        tmp_path / "results" / "torch-2.15.0-cpu.json")
+    run, path = fallback(tmp_path, "nox > Running session conformance(torch='2.15.0', device='cpu')\nkilled\n")
+    assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as interrupted"
+    result = results.load(path)
+    assert result["status"] == "interrupted" and not result.answer().clean
+    assert "did not finish" in result["detail"] and result["detail"].endswith("killed")
+
+
+def test_a_cell_with_an_unreadable_result_is_recorded_as_error(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "torch-2.15.0-cpu.json").write_text('{"status": "completed"')
+    run, path = fallback(tmp_path)
+    assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as error"
+    result = results.load(path)
+    assert result["status"] == "error"
+    assert "left a result file that cannot be read (results/torch-2.15.0-cpu.json: not JSON" in result["detail"]
+
+
 def test_a_cell_with_a_result_keeps_it(tmp_path):
-    kept = results.write_atomic(
-        tmp_path / "results" / "torch-2.15.0-cpu.json", results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT")
-    )
-    env = {"CELL": "torch-2.15.0-cpu", "SESSION": "conformance(torch='2.15.0', device='cpu')", "RUNNER_TEMP": str(tmp_path)}
-    assert run_step_script("cell", "left no result", tmp_path, env).returncode == 0
-    assert results.load(kept)["status"] == "crashed"
+    kept = results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(tmp_path / "results" / "torch-2.15.0-cpu.json")
+    before = kept.read_bytes()
+    run, _ = fallback(tmp_path, "nox > ...\n")
+    assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: the cell's answer stands"
+    assert kept.read_bytes() == before

@@ -1,20 +1,30 @@
-"""Run one matrix cell: install its torch, check it got that torch, run the suite, keep a verdict.
+"""Run one matrix cell: install its torch, check it got that torch, run the suite, keep its answer.
 
-Whatever happens, the cell ends with results/<cell>.json and results/<cell>.log:
-the suite's own result when pytest finished (exit 0 or 1), otherwise a result with
-status not_installed, wrong_torch, timed_out, crashed or error and a ``detail`` saying
-why (the installer's error, the tail of the log). A cell that did not run never looks
-like one that passed. The noxfile's conformance and bisect sessions both come here.
+Whatever happens, the cell ends with results/<cell>.json and results/<cell>.log: the
+suite's own result when pytest finished (exit 0 or 1), otherwise a result with status
+not_installed, wrong_torch, timed_out, crashed, interrupted or error and a ``detail``
+saying why (the installer's error, the tail of the log). A cell that did not run never
+looks like one that passed: from the moment a run claims the result path until it writes
+its answer, the path holds an ``interrupted`` placeholder, and a second run on the same
+path refuses to start. SIGTERM or SIGINT (a CI cancel, Ctrl-C) stops the test process
+group and records ``interrupted``. Results are read and written only through
+results.CellResult, whose answer() decides what a cell's outcome is. The noxfile's
+conformance, installed and bisect sessions all come here.
 
     python -m cpugpu_conformance.cell summary [RESULTS_DIR] [--cells A,B]
 
-prints the table of every cell and exits 1 when any of them is not a clean pass.
+prints the table of every cell and exits 1 unless every one of them is clean.
+
+    python -m cpugpu_conformance.cell record-unfinished results/<cell>.json --cell C --session S [--nox-log F]
+
+is the CI fallback: a cell that nox left with no answer is recorded as error or interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import json
 import os
@@ -26,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +51,7 @@ LOG_TAIL_LINES = 40
 KILL_GRACE_S = 5.0
 # pytest: 0 all passed, 1 some failed. Anything else means the suite did not finish its job.
 PYTEST_FINISHED = (0, 1)
+PYTEST_INTERRUPTED = 2
 PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 
 # Runs inside the cell's interpreter. Reads torch/version.py instead of importing torch,
@@ -201,6 +212,83 @@ def _environment(probe: dict[str, Any]) -> dict[str, Any]:
     return {k: probe[k] for k in keys if k in probe}
 
 
+# ---------------------------------------------------------------------------- interrupts
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT (a CI cancel, Ctrl-C) reached the cell runner.
+
+    A KeyboardInterrupt, so that nox stops the whole run as it does for Ctrl-C; the cell
+    has recorded itself as interrupted by then.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal_name(signum)}")
+        self.signum = signum
+
+
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Interrupts:
+    """Raises CellInterrupted for the first SIGTERM or SIGINT, once.
+
+    Inside ``deferred()`` (stopping the test process, writing a result) the exception waits
+    until the block is done: cleanup cut short by a signal would leave what it cleans up.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._raised = False
+        self._deferring = 0
+
+    def handle(self, signum: int, _frame: Any = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._raise_if_due()
+
+    def _raise_if_due(self) -> None:
+        if self.signum is not None and not self._raised and not self._deferring:
+            self._raised = True
+            raise CellInterrupted(self.signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        self._raise_if_due()
+
+
+@contextlib.contextmanager
+def interrupts_raised() -> Iterator[Interrupts]:
+    """SIGTERM and SIGINT become CellInterrupted while the block runs; the previous handlers
+    come back after it. Python delivers signals to the main thread only, so elsewhere this
+    changes nothing (and ``deferred()`` still works)."""
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = {signum: signal.getsignal(signum) for signum in INTERRUPTING_SIGNALS}
+    for signum in INTERRUPTING_SIGNALS:
+        signal.signal(signum, interrupts.handle)
+    try:
+        yield interrupts
+    finally:
+        for signum, handler in previous.items():
+            # None: a handler installed outside Python, which cannot be put back; the default is closest
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
 # ---------------------------------------------------------------------------- the test process
 
 
@@ -216,22 +304,19 @@ class SuiteRun:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the test process and anything it started (it leads its own process group)."""
+    """Stop the test process and everything it started (it leads its own process group):
+    SIGTERM, a grace period for the leader, then SIGKILL for whatever is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: Path | None = None,
-              env: dict[str, str] | None = None, echo: bool = True) -> SuiteRun:
-    """Run cmd, tee its output to log_path (appending) and stdout, kill it at the time limit."""
+              env: dict[str, str] | None = None, echo: bool = True, interrupts: Interrupts | None = None) -> SuiteRun:
+    """Run cmd in its own process group, tee its output to log_path (appending) and stdout,
+    kill it at the time limit. However this returns or raises, the group is gone."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")  # the log tail must be current at a crash
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
     started = time.monotonic()
@@ -254,33 +339,44 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        returncode: int | None
+        returncode: int | None = None
         try:
             returncode = proc.wait(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
             returncode = None
-        except BaseException:  # Ctrl-C: leave no test process behind
-            _kill_group(proc)
-            raise
-        else:
-            _kill_group(proc)  # stray children that outlived pytest
-        reader.join(timeout=KILL_GRACE_S)
+        finally:  # the time limit, an interrupt, or strays that outlived pytest
+            with interrupts.deferred() if interrupts else contextlib.nullcontext():
+                _kill_group(proc)
+                reader.join(timeout=KILL_GRACE_S)
     return SuiteRun(returncode, time.monotonic() - started, list(tail))
 
 
 def _exit_description(returncode: int) -> str:
     signum = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
     if signum:
-        try:
-            return f"killed by {signal.Signals(signum).name}"
-        except ValueError:
-            return f"killed by signal {signum}"
+        return f"killed by {signal_name(signum)}"
     return f"pytest exited {returncode} ({PYTEST_EXIT_NAMES.get(returncode, 'unexpected')})"
+
+
+def _status_of_exit(returncode: int) -> str:
+    """The cell status of a pytest that did not finish its job (exit not 0 or 1)."""
+    if returncode < 0 or returncode > 128:
+        return "crashed"
+    if returncode == PYTEST_INTERRUPTED:
+        return "interrupted"  # pytest stopped early (Ctrl-C, errors during collection): never completed
+    return "error"
 
 
 def _with_tail(headline: str, tail: list[str]) -> str:
     return headline + ("; last lines of the log:\n" + "\n".join(tail) if tail else "; the log is empty")
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
 
 
 # ---------------------------------------------------------------------------- one cell
@@ -308,6 +404,17 @@ class CellSpec:
     def log_path(self) -> Path:
         return self.results_dir / f"{self.name}.log"
 
+    @property
+    def staging_path(self) -> Path:
+        """Where the suite writes; only a finished run's file becomes the result."""
+        return self.results_dir / f".{self.name}.json.part"
+
+    def remove_staging(self) -> None:
+        """The staging file and the lock the suite holds on it (results.exclusive's name for
+        it), which a killed suite leaves behind. Only while this run holds the result path."""
+        self.staging_path.unlink(missing_ok=True)
+        self.staging_path.with_name(f".{self.staging_path.name}.lock").unlink(missing_ok=True)
+
     def requested(self) -> dict[str, Any]:
         asked: dict[str, Any] = {"device": self.device or "default", "hypothesis_profile": self.hypothesis_profile,
                                  "time_limit_s": self.time_limit_s}
@@ -321,127 +428,178 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _finish(spec: CellSpec, result: dict[str, Any]) -> dict[str, Any]:
-    results.write_atomic(spec.result_path, result)
-    print(f"cell {spec.name}: {describe(result)} -> {spec.result_path}", flush=True)
-    return result
+@dataclass
+class CellRun:
+    """One run of a cell, from claiming its result path to writing its answer."""
+
+    spec: CellSpec
+    interrupts: Interrupts
+    started: str = field(default_factory=_now)
+    clock: float = field(default_factory=time.monotonic)
+    environment: dict[str, Any] = field(default_factory=dict)
+    claimed: bool = False  # this run holds the result path
+    answered: bool = False  # its answer replaced the placeholder
+
+    def fault(self, status: str, detail: str) -> results.CellResult:
+        """The answer of a run whose suite did not finish: its status and why."""
+        return self.finish(results.CellResult.new(
+            self.spec.name, status, detail=detail, requested=self.spec.requested(),
+            environment=self.environment or None, started=self.started,
+            duration_s=round(time.monotonic() - self.clock, 3), hypothesis_profile=self.spec.hypothesis_profile))
+
+    def finish(self, result: results.CellResult) -> results.CellResult:
+        """Write the answer over the placeholder; a signal now waits until it is written."""
+        with self.interrupts.deferred():
+            result.write(self.spec.result_path)
+            self.answered = True
+        print(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}", flush=True)
+        return result
 
 
-def install_and_run(spec: CellSpec, python: Path, env_dir: Path | None = None) -> dict[str, Any]:
-    """Install the cell's release into the environment of ``python``, then run_cell."""
+@contextlib.contextmanager
+def claimed(spec: CellSpec) -> Iterator[CellRun]:
+    """Hold the cell's result path for the whole run.
+
+    A second run on the same path raises results.ResultPathBusy before touching the
+    result or the log. While the run lasts the path holds an ``interrupted`` placeholder,
+    so a run killed outright (SIGKILL) never leaves an older result standing. SIGTERM or
+    SIGINT stops the test process, records ``interrupted`` naming the signal, and raises
+    CellInterrupted; a bug in the runner is recorded as ``error``. The lock and staging
+    files are removed on the way out.
+    """
+    stack = contextlib.ExitStack()
+    interrupts = stack.enter_context(interrupts_raised())
+    run = CellRun(spec, interrupts)
+    try:
+        with interrupts.deferred():  # a signal waits until the path is ours and says so
+            stack.enter_context(results.exclusive(spec.result_path))
+            run.claimed = True
+            stack.callback(spec.remove_staging)
+            results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
+            spec.log_path.write_text("")  # a fresh log per run
+        yield run
+    except CellInterrupted as exc:
+        if run.claimed and not run.answered:
+            headline = f"interrupted by {signal_name(exc.signum)} (a cancelled CI job, Ctrl-C, a kill)"
+            run.fault("interrupted", _with_tail(headline, _log_tail(spec.log_path)))
+        raise
+    except Exception as exc:
+        if run.claimed and not run.answered:
+            run.fault("error", f"the cell runner failed: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        with interrupts.deferred():  # the lock and staging files go even if a signal comes now
+            stack.close()
+
+
+def install_and_run(spec: CellSpec, python: Path, env_dir: Path | None = None) -> results.CellResult:
+    """Claim the result path, install the cell's release into the environment of ``python``,
+    then check the torch and run the suite (see run_cell)."""
     assert spec.release is not None
-    spec.results_dir.mkdir(parents=True, exist_ok=True)
-    spec.log_path.write_text("")  # a fresh log per run
-    started, clock = _now(), time.monotonic()
-    done = install(python, spec.release, index_url=spec.index_url, project=spec.project_dir, log_path=spec.log_path)
-    if not done.ok:
-        return _finish(spec, results.new_result(
-            spec.name, "not_installed", detail=done.error(), requested=spec.requested(),
-            started=started, duration_s=round(time.monotonic() - clock, 3)))
-    return run_cell(spec, python, env_dir=env_dir, fresh_log=False)
+    with claimed(spec) as run:
+        done = install(python, spec.release, index_url=spec.index_url, project=spec.project_dir, log_path=spec.log_path)
+        if not done.ok:
+            return run.fault("not_installed", done.error())
+        return _check_and_test(run, python, env_dir)
 
 
-def run_cell(spec: CellSpec, python: Path | str, *, env_dir: Path | None = None, fresh_log: bool = True) -> dict[str, Any]:
-    """Check the torch, run the suite in its own process, write the cell's result file."""
-    spec.results_dir.mkdir(parents=True, exist_ok=True)
-    if fresh_log:
-        spec.log_path.write_text("")
-    started, clock = _now(), time.monotonic()
+def run_cell(spec: CellSpec, python: Path | str, *, env_dir: Path | None = None) -> results.CellResult:
+    """Claim the result path, check the torch, run the suite in its own process group, and
+    write the cell's answer. Raises results.ResultPathBusy when another run holds the path,
+    CellInterrupted (after recording it) on SIGTERM or SIGINT."""
+    with claimed(spec) as run:
+        return _check_and_test(run, python, env_dir)
+
+
+def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> results.CellResult:
+    spec = run.spec
     probe = probe_torch(python)
-    environment = _environment(probe)
-
-    def fault(status: str, detail: str) -> dict[str, Any]:
-        return _finish(spec, results.new_result(
-            spec.name, status, detail=detail, requested=spec.requested(), environment=environment,
-            started=started, duration_s=round(time.monotonic() - clock, 3), hypothesis_profile=spec.hypothesis_profile))
-
+    run.environment = _environment(probe)
     if spec.release is not None:
         problem = torch_mismatch(probe, spec.release, spec.device, env_dir)
         if problem:
-            return fault("wrong_torch", problem)
+            return run.fault("wrong_torch", problem)
+    spec.remove_staging()  # a killed run's leftovers are not this run's result
+    suite = run_suite(_suite_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
+                      cwd=spec.project_dir, interrupts=run.interrupts)
+    return _answer(run, suite)
 
-    # The suite writes here; only a finished run's file is moved into place, so an old
-    # result never survives a run that died.
-    staging = spec.results_dir / f".{spec.name}.json.part"
-    staging.unlink(missing_ok=True)
-    cmd = [str(python), "-m", "pytest", "conformance", "--cell-result", str(staging.resolve()),
+
+def _suite_command(spec: CellSpec, python: Path | str) -> list[str]:
+    cmd = [str(python), "-m", "pytest", "conformance", "--cell-result", str(spec.staging_path.resolve()),
            "--cell-name", spec.name, "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]
     if spec.device:
         cmd += ["--device", spec.device]
-    cmd += list(spec.pytest_args)
-    run = run_suite(cmd, log_path=spec.log_path, time_limit_s=spec.time_limit_s, cwd=spec.project_dir)
+    return cmd + list(spec.pytest_args)
+
+
+def _answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
+    """The cell's answer from how the suite ended and what it wrote."""
+    spec = run.spec
+    if suite.timed_out:
+        return run.fault("timed_out", _with_tail(f"killed after the cell's time limit of {spec.time_limit_s:g} s", suite.tail))
+    if suite.returncode not in PYTEST_FINISHED:
+        return run.fault(_status_of_exit(suite.returncode), _with_tail(_exit_description(suite.returncode), suite.tail))
     try:
-        if run.timed_out:
-            return fault("timed_out", _with_tail(f"killed after the cell's time limit of {spec.time_limit_s:g} s", run.tail))
-        if run.returncode not in PYTEST_FINISHED:
-            status = "crashed" if run.returncode < 0 or run.returncode > 128 else "error"
-            return fault(status, _with_tail(_exit_description(run.returncode), run.tail))
-        try:
-            result = results.load(staging)
-        except results.ResultFileError as exc:
-            return fault("error", _with_tail(f"pytest exited {run.returncode} without a usable result file ({exc})", run.tail))
-        result.setdefault("requested", spec.requested())
-        got = (result.get("environment") or {}).get("torch")
-        if spec.release is not None and got and base_version(str(got)) != spec.release.version:
-            # The pre-check read torch/version.py; this is the torch the suite really imported.
-            for key in ("promises", "counts", "devices"):
-                result.pop(key, None)
-            result.update(status="wrong_torch", detail=f"asked for torch {spec.release.version}, the suite imported torch {got}")
-        return _finish(spec, result)
-    finally:
-        staging.unlink(missing_ok=True)
+        written = results.load(spec.staging_path)
+    except results.ResultFileError as exc:
+        return run.fault("error", _with_tail(f"pytest exited {suite.returncode} without a usable result file ({exc})", suite.tail))
+    return run.finish(_as_cell_result(spec, written))
+
+
+def _as_cell_result(spec: CellSpec, written: results.CellResult) -> results.CellResult:
+    """The suite's result, with what the cell asked for, refused when the suite imported another torch."""
+    data = written.to_json()
+    data["requested"] = {**spec.requested(), **written.requested}  # the suite's own keys (promises) win
+    got = written.environment.get("torch")
+    if spec.release is not None and got and base_version(str(got)) != spec.release.version:
+        # The pre-check read torch/version.py; this is the torch the suite really imported.
+        for key in ("promises", "counts", "devices", "unattributed_failures"):
+            data.pop(key, None)
+        data.update(status="wrong_torch", detail=f"asked for torch {spec.release.version}, the suite imported torch {got}")
+    return results.CellResult(data, str(spec.result_path))
 
 
 # ---------------------------------------------------------------------------- summary
 
+SUMMARY_COUNTS = ("passed", "failed", "untested", "recorded")
+
 
 @dataclass
 class Row:
+    """One cell in the summary table, as results.CellResult.answer() decides it."""
+
     cell: str
     torch: str
     device: str
-    status: str
-    verdicts: dict[str, int]
+    answer: str  # passed, failed, untested, a status that is not completed, no_result or unreadable
+    counts: dict[str, int]  # promise x device outcomes of a completed cell; empty otherwise
     duration_s: float | None
-    ok: bool
+    clean: bool
+    why: str | None = None  # the first reason the cell is not clean
 
-
-def verdict_counts(result: dict[str, Any]) -> dict[str, int]:
-    """Promise x device verdicts of a completed cell."""
-    counts = collections.Counter({"passed": 0, "failed": 0, "skipped": 0, "recorded": 0})
-    for promise in (result.get("promises") or {}).values():
-        for on_device in (promise.get("devices") or {}).values():
-            counts[on_device.get("verdict", "skipped")] += 1
-    return dict(counts)
-
-
-def is_ok(result: dict[str, Any]) -> bool:
-    """A clean pass: the suite finished and no promise failed on any device."""
-    return (result.get("status") == "completed" and verdict_counts(result)["failed"] == 0
-            and (result.get("counts") or {}).get("failed", 0) == 0)
-
-
-def describe(result: dict[str, Any]) -> str:
-    if result.get("status") != "completed":
-        return result.get("status", "?") + ": " + ((result.get("detail") or "").splitlines() or [""])[0]
-    v = verdict_counts(result)
-    word = "passed" if is_ok(result) else "FAILED"
-    return f"{word} ({v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped, {v['recorded']} recorded)"
+    @property
+    def mark(self) -> str:
+        return self.answer if self.clean else self.answer.upper().replace("_", " ")
 
 
 def _row(name: str, path: Path) -> Row:
     try:
         result = results.load(path)
-    except results.ResultFileError:
-        named = re.fullmatch(r"torch-([0-9.]+)-(\w+)", name)  # what the cell would have been
-        torch, device = named.groups() if named else ("?", "?")
-        return Row(name, torch, device, "unreadable" if path.exists() else "no result", {}, None, False)
-    asked = result.get("requested") or {}
-    env = result.get("environment") or {}
-    torch = asked.get("torch") or (base_version(str(env["torch"])) if env.get("torch") else "?")
-    device = asked.get("device") or ",".join(d for d, s in (result.get("devices") or {}).items() if s.get("status") == "tested") or "?"
-    return Row(result["cell"], torch, device, result["status"], verdict_counts(result) if result["status"] == "completed" else {},
-               result.get("duration_s"), is_ok(result))
+    except results.ResultFileError as exc:
+        return _row_without_result(name, path, exc)
+    answer = result.answer()
+    device = result.requested.get("device") or ",".join(result.tested_devices()) or "?"
+    more = f" (+{len(answer.lines) - 1} more)" if len(answer.lines) > 1 else ""
+    return Row(result.name, result.release, str(device), answer.kind, dict(answer.counts) if result.completed else {},
+               result.get("duration_s"), answer.clean, answer.lines[0] + more if answer.lines else None)
+
+
+def _row_without_result(name: str, path: Path, error: results.ResultFileError) -> Row:
+    named = re.fullmatch(r"(?:installed-)?torch-([0-9.]+)-(\w+)", name)  # what the cell would have been
+    torch, device = named.groups() if named else ("?", "?")
+    missing = not path.exists() and not path.is_symlink()
+    return Row(name, torch, device, "no_result" if missing else "unreadable", {}, None, False, str(error))
 
 
 def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row]:
@@ -460,33 +618,75 @@ def _sort_key(torch: str) -> tuple[int, ...]:
 
 
 def format_summary(rows: list[Row]) -> str:
-    header = ("cell", "torch", "device", "status", "passed", "failed", "skipped", "recorded", "duration")
+    """The table, one line per cell that is not clean saying why, and the count of clean cells."""
+    header = ("cell", "torch", "device", "answer", *SUMMARY_COUNTS, "duration")
     body = []
     for r in rows:
-        mark = ("passed" if r.ok else "FAILED") if r.status == "completed" else r.status.upper().replace("_", " ")
-        counts = [str(r.verdicts[k]) if r.verdicts else "-" for k in ("passed", "failed", "skipped", "recorded")]
-        body.append((r.cell, r.torch, r.device, mark, *counts, f"{r.duration_s:.1f} s" if r.duration_s is not None else "-"))
+        counts = [str(r.counts.get(k, 0)) if r.counts else "-" for k in SUMMARY_COUNTS]
+        body.append((r.cell, r.torch, r.device, r.mark, *counts, f"{r.duration_s:.1f} s" if r.duration_s is not None else "-"))
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) if i < 4 else str(v).rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
              for line in [header, *body]]
-    bad = sum(not r.ok for r in rows)
-    lines.append(f"{len(rows)} cells, {len(rows) - bad} clean, {bad} not (promise counts are promise x device verdicts)")
+    lines += [f"{r.cell}: {r.why}" for r in rows if not r.clean and r.why]
+    bad = sum(not r.clean for r in rows)
+    lines.append(f"{len(rows)} cells, {len(rows) - bad} clean, {bad} not (counts are promise x device outcomes)")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- the CI fallback
+
+
+def record_unfinished(path: Path, cell: str, session: str, nox_log: Path | None = None) -> str | None:
+    """After nox ended, make sure ``path`` answers for the cell, with nox's output where it helps.
+
+    No file (nox failed before the cell ran) or an unreadable one: ``error``. An
+    ``interrupted`` one (the placeholder of a run that was killed, or a run stopped by a
+    signal): still ``interrupted``, with nox's output added. Any other answer stands.
+    Returns what was recorded, or None.
+    """
+    tail = _log_tail(nox_log) if nox_log else []
+    output = "\n".join([f"nox -s {session} output, last lines:", *tail] if tail else [f"nox -s {session} left no output"])
+    try:
+        found = results.load(path)
+    except results.ResultFileError as exc:
+        missing = not path.exists() and not path.is_symlink()
+        why = "ended without a result file" if missing else f"left a result file that cannot be read ({exc})"
+        answer = results.CellResult.new(cell, "error", detail=f"nox -s {session} {why}\n{output}")
+    else:
+        if found.status != "interrupted":
+            return None
+        data = found.to_json()
+        data["detail"] = f"{found.detail or 'interrupted'}\n{output}"
+        answer = results.CellResult(data, str(path))
+    answer.write(path)  # replaces a file, a link or a FIFO alike
+    return f"{path}: recorded as {answer.status}"
+
+
+# ---------------------------------------------------------------------------- command line
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cpugpu_conformance.cell")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("summary", help="table of the cells' outcomes; exit 1 unless every cell passed cleanly")
+    s = sub.add_parser("summary", help="table of the cells' answers; exit 1 unless every cell is clean")
     s.add_argument("results_dir", nargs="?", default="results")
     s.add_argument("--cells", help="comma-separated cell names (default: every results_dir/*.json)")
+    r = sub.add_parser("record-unfinished", help="CI: record a cell that nox left without an answer")
+    r.add_argument("result", type=Path, help="the cell's result file, results/<cell>.json")
+    r.add_argument("--cell", required=True, help="the cell's name")
+    r.add_argument("--session", required=True, help="the nox session that ran it")
+    r.add_argument("--nox-log", type=Path, help="nox's output, whose last lines go into the result")
     args = parser.parse_args(argv)
+    if args.command == "record-unfinished":
+        recorded = record_unfinished(args.result, args.cell, args.session, args.nox_log)
+        print(recorded or f"{args.result}: the cell's answer stands")
+        return 0
     rows = summarize(Path(args.results_dir), args.cells.split(",") if args.cells else None)
     if not rows:
         print(f"{args.results_dir}: no result files", file=sys.stderr)
         return 2
     print(format_summary(rows))
-    return 0 if all(r.ok for r in rows) else 1
+    return 0 if all(r.clean for r in rows) else 1
 
 
 if __name__ == "__main__":
