@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import result_factory as rf
 from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for, writes_result
 
 from cpugpu_conformance import results
@@ -152,23 +153,18 @@ def test_a_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path: Path
                matrix=matrix, results_dir=out, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = results.load(out / f"torch-{release}-cpu.json")
-    assert result["status"] == "completed"
+    assert result.status == "completed" and result.answer().clean
     assert result["environment"]["torch"].split("+")[0] == release
-    assert result["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
-    assert result["promises"]["2"]["devices"]["cpu"]["verdict"] == "skipped", "--promise 1 reached pytest"
+    assert result.outcome("1", "cpu").kind == "passed"
+    assert result.outcome("2", "cpu").kind == "not_requested", "--promise 1 reached pytest"
     assert result["requested"]["requirements"] == [f"torch=={release}", "numpy"]
     log = (out / f"torch-{release}-cpu.log").read_text()
     assert f"torch=={release}" in log and "--promise 1" in log
 
 
 def _cell_result(out: Path, release: str, verdict: str) -> None:
-    results.write_atomic(out / f"torch-{release}-cpu.json", results.new_result(
-        f"torch-{release}-cpu", "completed", requested={"torch": release, "device": "cpu"},
-        environment={"torch": release}, devices={"cpu": {"status": "tested"}},
-        promises={"1": {"title": "Shape and dtype", "devices": {"cpu": {
-            "verdict": verdict, "failures": [{"test": "t", "message": "shape differs", "reproducer": "print(1)"}]
-            if verdict == "failed" else []}}}},
-        counts={"passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 0}, observations={}))
+    failed = {("1", "cpu"): [rf.failure("t", "shape differs", "print(1)")]} if verdict == "failed" else None
+    results.CellResult(rf.completed(release, cell=f"torch-{release}-cpu", failed=failed)).write(out / f"torch-{release}-cpu.json")
 
 
 def test_gate_maps_release_numbers_to_result_files_and_defaults_to_the_matrix(tmp_path: Path) -> None:
@@ -197,9 +193,9 @@ def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tm
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [path] = out.glob("installed-torch-*-cpu.json")
     result = results.load(path)
-    assert result["status"] == "completed"
+    assert result.status == "completed" and result.answer().clean
     assert result["requested"]["torch"] == result["environment"]["torch"].split("+")[0]
-    assert result["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
+    assert result.outcome("1", "cpu").kind == "passed"
     assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir()), "no environment was made"
 
 
