@@ -5,16 +5,19 @@ Needs the `test` extra (check-jsonschema, zizmor, nox); no network.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
 
 from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
@@ -344,3 +347,49 @@ def test_a_cell_with_a_result_keeps_it(tmp_path):
     run, _ = fallback(tmp_path, "nox > ...\n")
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: the cell's answer stands"
     assert kept.read_bytes() == before
+
+
+def _ended(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        pytest.fail(f"the step ended before its suite started (exit {proc.returncode}):\n{proc.communicate()[0]}")
+
+
+def test_cancelling_the_cell_job_reaches_nox_and_the_cell_is_uploaded_as_interrupted(tmp_path):
+    """The runner signals only the step's entry process (SIGINT; SIGTERM 7.5 s later): it must be nox.
+
+    The `installed` session stands in for a cell (nothing to install); its suite is held mid-run.
+    """
+    tool("nox")
+    pids_file = tmp_path / "suite.pids"
+    python = fake_python(tmp_path / "held", HELD_SUITE.format(pids=str(pids_file)))
+    for name in ("noxfile.py", "matrix.yaml"):  # the step runs `nox` at the repository root
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = tmp_path / "run-the-cell.sh"
+    script.write_text(step_named("cell", "Run the cell")["run"], encoding="utf-8")
+    out = tmp_path / "results"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "SESSION": "installed", "CELL": "cell",
+           "RUNNER_TEMP": str(tmp_path), "NOX_SCRIPT_MODE": "none", "CONFORMANCE_RESULTS": str(out),
+           "CONFORMANCE_PYTHON": str(python)}
+    env.pop("CONFORMANCE_MATRIX", None)
+    step = subprocess.Popen(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        pids = wait_for(lambda: held_suite_pids(pids_file) or _ended(step), "the suite to start", timeout=120)
+        step.send_signal(signal.SIGINT)  # to the entry process, as the runner does
+        output, _ = step.communicate(timeout=60)
+        assert step.returncode == 130, output
+        for pid in pids:
+            wait_for(lambda pid=pid: is_gone(pid), f"process {pid} of the test group to end", timeout=15)
+        path = out / "installed-torch-2.15.0-default.json"
+        result = results.load(path)
+        assert result.status == "interrupted" and result["detail"].startswith("interrupted by SIGINT")
+        assert "Session installed interrupted" in (tmp_path / "nox.log").read_text()
+        assert not [p.name for p in out.glob(".*")]
+    finally:
+        if step.poll() is None:
+            step.kill()
+            step.communicate(timeout=30)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
