@@ -11,7 +11,8 @@ not-installed cell), then measures, one after another:
   in-process    report.make_report() in this process, templates already compiled
 
 and prints the median of --repeat runs of each, in seconds and as a ratio to the import
-baseline measured in this same run. Target: report and gate each well under 2 s.
+baseline measured in this same run. Target: report and gate each well under 2 s. It also
+checks that a second report of the same results, into another folder, has the same bytes.
 
     python benchmarks/bench_report.py [--repeat 3] [--keep DIR]
 """
@@ -97,6 +98,11 @@ def command(args: list[str], ok: tuple[int, ...] = (0,)):
     return run
 
 
+def same_bytes(results: Path, out: Path, again: Path) -> bool:
+    report.make_report(results, again)
+    return all((out / name).read_bytes() == (again / name).read_bytes() for name in report.OUTPUTS)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the median is printed")
@@ -123,6 +129,8 @@ def main() -> int:
         }
         sizes = ", ".join(f"{p.name} {p.stat().st_size / 1e3:.0f} kB" for p in sorted(out.iterdir()))
         print(f"report: {sizes}")
+        same = same_bytes(results, out, root / "compat-again")
+        print(f"a second report of the same results: {'the same bytes' if same else 'DIFFERENT BYTES'}")
 
     base = timings["import"]
     print(f"\n{'measurement':<12} {'median s':>9} {'x import':>9}   target")
@@ -132,7 +140,7 @@ def main() -> int:
         print(f"{name:<12} {seconds:>9.3f} {seconds / base:>9.1f}   {target} {verdict}")
     print(f"\nreport subprocess / in-process: {timings['report'] / timings['in-process']:.1f}x "
           "(the difference is interpreter start, imports and template compilation)")
-    return 0
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ def test_writes_the_three_files_and_no_temporaries(report_dir: Path):
 def test_compat_json_validates_against_its_schema_and_carries_every_cell(report_dir: Path):
     data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
     jsonschema.validate(data, results.schema("compat"))
-    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 2)
+    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 3)
     names = {c["cell"] for c in data["cells"]}
     assert names == {f"torch-{v}" for v in RELEASES}
     assert sorted(data["generated_from"]) == sorted(f"{n}.json" for n in names)
@@ -228,7 +228,8 @@ def test_html_escapes_result_text(report_dir: Path):
     page = parse(html)
     # The reproducer survives verbatim once unescaped, so it can be pasted into a bug report.
     assert REPRODUCER.strip() in html.replace("&lt;", "<").replace("&gt;", ">").replace("&#34;", '"')
-    assert {"matrix", "observations", "legend-table", "environments-table"} <= set(page.tables)
+    assert {"matrix", "verdict-changes-table", "observation-changes-table", "unchanged-probes-table",
+            "observations-table", "legend-table", "environments-table"} <= set(page.tables)
 
 
 RELEASES = ["2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]
@@ -238,19 +239,19 @@ COLUMNS = [(r, d) for r in RELEASES for d in (("cpu", "cuda") if r in ("2.13.0",
 
 def test_html_matrix_has_one_column_per_cell_and_asked_device_in_version_order(report_dir: Path):
     labels, _ = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    assert labels == [f"{r} {d}torch-{r}" for r, d in COLUMNS]
+    assert labels == [f"{r} {d}" for r, d in COLUMNS]
 
 
 def test_every_column_shows_its_cell_answer_and_only_a_clean_cell_reads_clean(report_dir: Path):
     labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
     answers = {label: text for label, (_, text) in table["Cell answer"].items()}
-    assert [label for label, text in answers.items() if text == "✅ clean"] == ["2.14.0 cputorch-2.14.0"]
-    assert answers["2.14.1 cputorch-2.14.1"] == answers["2.14.1 cudatorch-2.14.1"] == "❌ FAILED"
+    assert [label for label, text in answers.items() if text == "✅ clean"] == ["2.14.0 cpu"]
+    assert answers["2.14.1 cpu"] == answers["2.14.1 cuda"] == "❌ FAILED"
     # every promise that was tested on 2.13.0 cpu passed, but its cuda was not there: not clean
-    assert answers["2.13.0 cputorch-2.13.0"] == answers["2.13.0 cudatorch-2.13.0"] == "❓ UNTESTED"
-    assert answers["2.12.1 cputorch-2.12.1"] == "❓ UNTESTED"
-    assert answers["2.8.0 cputorch-2.8.0"] == "⏹ interrupted"
-    attrs, _ = table["Cell answer"]["2.12.1 cputorch-2.12.1"]
+    assert answers["2.13.0 cpu"] == answers["2.13.0 cuda"] == "❓ UNTESTED"
+    assert answers["2.12.1 cpu"] == "❓ UNTESTED"
+    assert answers["2.8.0 cpu"] == "⏹ interrupted"
+    attrs, _ = table["Cell answer"]["2.12.1 cpu"]
     assert "promise 4" in attrs["title"] and "a-untested" in attrs["class"]
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
     answer_row = markdown_table(md)[2]
@@ -277,25 +278,25 @@ def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: P
     # the full detail (the log's tail) is on the page, and the headline on hover
     html = (report_dir / "index.html").read_text(encoding="utf-8")
     assert '<pre class="detail">' + CRASH_DETAIL + "</pre>" in html
-    assert table["1. Shape and dtype"]["2.15.0 cputorch-2.15.0"][0]["title"] == "pytest killed by SIGABRT; last lines of the log"
+    assert table["1. Shape and dtype"]["2.15.0 cpu"][0]["title"] == "pytest killed by SIGABRT; last lines of the log"
 
 
 def test_html_marks_pass_fail_untested_na_recorded(report_dir: Path):
     _, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
     row3 = table["3. Mutable wherever they were made"]
-    assert row3["2.13.0 cputorch-2.13.0"][1] == "✅ pass"
-    assert row3["2.14.1 cputorch-2.14.1"][1] == "❌ FAIL"
-    assert row3["2.14.1 cudatorch-2.14.1"][1] == "✅ pass"
+    assert row3["2.13.0 cpu"][1] == "✅ pass"
+    assert row3["2.14.1 cpu"][1] == "❌ FAIL"
+    assert row3["2.14.1 cuda"][1] == "✅ pass"
     # a device asked for but missing is untested, with the reason, and never looks like a pass
-    untested_attrs, untested_text = row3["2.13.0 cudatorch-2.13.0"]
-    assert untested_text == "❓ untested" + NO_CUDA and untested_attrs["title"] == NO_CUDA
+    untested_attrs, untested_text = row3["2.13.0 cuda"]
+    assert untested_text == f"❓ untested {NO_CUDA}" and untested_attrs["title"] == NO_CUDA
     assert "m-untested" in untested_attrs["class"]
-    missing_attrs, missing_text = table["4. Two storages"]["2.12.1 cputorch-2.12.1"]
+    missing_attrs, missing_text = table["4. Two storages"]["2.12.1 cpu"]
     assert missing_text.startswith("❓ untested") and "no verdict for promise 4" in missing_attrs["title"]
-    assert table["10. Devices"]["2.14.0 cputorch-2.14.0"][1] == "➖ n/a"
-    assert table["10. Devices"]["2.14.1 cudatorch-2.14.1"][1] == "✅ pass"
+    assert table["10. Devices"]["2.14.0 cpu"][1] == "➖ n/a"
+    assert table["10. Devices"]["2.14.1 cuda"][1] == "✅ pass"
     row11 = table[f"11. {PROMISES['11']}"]
-    assert row11["2.14.1 cputorch-2.14.1"][1] == "📝 recorded" + OBSERVED_11
+    assert row11["2.14.1 cpu"][1] == f"📝 recorded {OBSERVED_11}"
 
 
 def test_html_links_each_failure_to_its_reproducer(report_dir: Path):
@@ -307,23 +308,24 @@ def test_html_links_each_failure_to_its_reproducer(report_dir: Path):
     assert "test_mutable_after_inference" in section and 'class="reproducer"' in section
 
 
-def test_observation_changes_are_highlighted_against_the_previous_release(report_dir: Path):
+def test_the_full_probe_table_highlights_changes_against_the_previous_release(report_dir: Path):
     page = parse((report_dir / "index.html").read_text(encoding="utf-8"))
-    header, *rows = page.tables["observations"]
+    header, *rows = page.tables["observations-table"]
     # Cells that never ran have no observations and no column here.
     assert [t.strip() for _, _, t in header[1:]] == [
-        "2.12.1torch-2.12.1", "2.13.0torch-2.13.0", "2.14.0torch-2.14.0", "2.14.1torch-2.14.1"]
+        "2.12.1 torch-2.12.1", "2.13.0 torch-2.13.0", "2.14.0 torch-2.14.0", "2.14.1 torch-2.14.1"]
     by_probe = {row[0][2].strip(): row[1:] for row in rows}
     changed = by_probe["inference_tensor.is_inference"]
     assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, False, True]
     assert changed[3][1]["title"] == "differs from 2.14.0"
     assert changed[3][2].strip() == "changed: false"
-    steady = by_probe["numpy.bfloat16"]
-    assert not any("changed" in attrs.get("class", "") for _, attrs, _ in steady)
-    assert steady[0][2].strip() == "raises TypeError: Got unsupported ScalarType BFloat16"
-    # the probe's description is the row's tooltip, not part of the value
-    probe_header = next(row[0] for row in rows if row[0][2].strip() == "numpy.bfloat16")
-    assert probe_header[1]["title"] == "torch.zeros(2, dtype=torch.bfloat16).numpy()"
+    # only probes that changed are rows here; the others are folded into their own table
+    assert "numpy.bfloat16" not in by_probe
+    unchanged = {row[0][2].strip(): [text.strip() for _, _, text in row[1:]]
+                 for row in page.tables["unchanged-probes-table"][1:]}
+    # the probe's description is a column of its own, not part of the value
+    assert unchanged["numpy.bfloat16"] == ["raises TypeError: Got unsupported ScalarType BFloat16",
+                                           "torch.zeros(2, dtype=torch.bfloat16).numpy()"]
 
 
 def test_a_changed_probe_description_is_not_a_behaviour_change(tmp_path: Path):
@@ -334,11 +336,19 @@ def test_a_changed_probe_description_is_not_a_behaviour_change(tmp_path: Path):
     rf.write(d, "b.json", rf.completed("2.14.1", observations=reworded))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
     html = (tmp_path / "o" / "index.html").read_text(encoding="utf-8")
-    assert 'class="changed"' not in html and 'title="reworded"' in html
+    page = parse(html)
+    assert 'class="changed"' not in html and "observation-changes-table" not in page.tables
+    assert "No observed behaviour changed between consecutive releases." in html
+    # the newest description is the one shown
+    docs = [row[-1][2] for row in page.tables["unchanged-probes-table"][1:]]
+    assert len(docs) == len(rf.BASE_OBSERVATIONS) and set(docs) == {"reworded"}
+    data = json.loads((tmp_path / "o" / "compat.json").read_text(encoding="utf-8"))
+    assert data["changes"]["observations"] == []
 
 
 def markdown_table(md: str) -> list[list[str]]:
-    lines = md[md.index("| Promise |"):].split("\n\n", 1)[0].splitlines()
+    """The promise matrix of COMPAT.md (the table whose header starts with 'Promise')."""
+    lines = md[md.index("\n| Promise |") + 1:].split("\n\n", 1)[0].splitlines()
     return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
 
 

@@ -1,4 +1,5 @@
-"""Cell results -> the compatibility matrix: columns, marks, answers and observed behaviour.
+"""Cell results -> the compatibility matrix: columns, marks, answers, observed behaviour,
+and what changed at each release (verdicts and observations, release against release).
 
 Every cell is read through ``results.CellResult``: a mark is the cell's
 ``outcome(promise, device)`` and a column header carries the cell's ``answer()``, so the
@@ -8,15 +9,24 @@ medium; ``report`` renders it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .promises import PROMISES
-from .results import CELL_STATUSES, CellResult, Outcome, observation_key, observation_text, promise_order
+from .promises import DEVICES, PROMISES, RECORDED_ONLY
+from .results import (
+    CELL_STATUSES,
+    CellResult,
+    Outcome,
+    observation_changes,
+    observation_key,
+    observation_text,
+    promise_order,
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,7 @@ class MarkStyle:
 
     @property
     def label(self) -> str:
+        """Symbol and word together, always: where no emoji font exists the word still reads."""
         return f"{self.symbol} {self.word}"
 
 
@@ -69,6 +80,54 @@ assert not _unmarked, f"cell statuses without a mark: {sorted(_unmarked)}"
 
 # The column of a cell that names no device (a fault result written before it knew one).
 NO_DEVICE = "(device unknown)"
+
+
+# --- what a report may carry: the same for every run of the same torch ------------------
+
+# Fields of a result that differ on every run (clock, process, paths on the runner), so a
+# report carrying them would change each time the matrix is run again.
+RUN_SPECIFIC = ("started", "duration_s", "argv")
+
+_TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_PID = re.compile(r" ?\(pid \d+\)")
+# platform.platform() on Linux: system-kernel release-machine-libc; the kernel is the runner's.
+_LINUX_PLATFORM = re.compile(r"^Linux-.+?-(x86_64|aarch64|arm64|ppc64le|s390x|i686|armv7l)(-.*)?$")
+
+
+def stable_platform(text: Any) -> Any:
+    """'Linux-6.8.0-1015-azure-x86_64-with-glibc2.39' -> 'Linux-x86_64-with-glibc2.39'.
+
+    The kernel release changes whenever CI gets a new runner image; the OS, architecture
+    and C library are what the torch wheel depends on.
+    """
+    if not isinstance(text, str):
+        return text
+    match = _LINUX_PLATFORM.match(text)
+    return f"Linux-{match.group(1)}{match.group(2) or ''}" if match else text
+
+
+def stable_detail(text: Any) -> Any:
+    """A status detail without the clock time and process id of the run that wrote it."""
+    if not isinstance(text, str):
+        return text
+    return _PID.sub("", _TIMESTAMP.sub("[time]", text))
+
+
+def stable_fields(data: Any) -> Any:
+    """A result's JSON without what changes from run to run of the same torch (see RUN_SPECIFIC).
+
+    Applied to a result as it is read, before validation: anything that is not shaped like
+    a result passes through untouched for the validator to name.
+    """
+    if not isinstance(data, dict):
+        return data
+    data = {k: v for k, v in data.items() if k not in RUN_SPECIFIC}
+    if "detail" in data:
+        data["detail"] = stable_detail(data["detail"])
+    env = data.get("environment")
+    if isinstance(env, dict) and "platform" in env:
+        data["environment"] = dict(env, platform=stable_platform(env["platform"]))
+    return data
 
 
 def version_key(release: str) -> tuple:
@@ -131,6 +190,13 @@ class Cell:
             return Outcome("untested", "the result names no device it was asked to test")
         return self.result.outcome(promise, device)
 
+    def device_entries(self) -> list[tuple[str, dict[str, Any]]]:
+        """The result's device entries in contract order, whatever order its file has them in."""
+        entries = self.result.get("devices") or {}
+        order = {d: i for i, d in enumerate(DEVICES)}
+        return [(d, entries[d]) for d in sorted(entries, key=lambda d: (order.get(d, len(order)), d))
+                if isinstance(entries[d], dict)]
+
     def failures(self) -> Iterator[tuple[str, str, Outcome]]:
         """(promise, device, outcome) for every failed promise, in row then device order."""
         for promise in self.result.promise_numbers():
@@ -182,24 +248,47 @@ class Column:
     device: str
     index: int  # position in the table, for anchors that do not depend on result text
     label: str = field(default="", compare=False)
+    tag: str = field(default="", compare=False)  # what tells it apart from a column with the same release
+
+    @property
+    def release(self) -> str:
+        return self.cell.release
 
 
-def column_label(cell: Cell, device: str, ambiguous_releases: set[str]) -> str:
-    """'release device', plus what tells it apart from another column with the same words:
-    the cell's name when a release has several cells, the file when a name has several files."""
-    label = f"{cell.release} {device}"
+def ambiguous_releases(cells: Iterable[Cell]) -> set[str]:
+    """Releases that more than one cell stands for (a CPU cell and a local GPU cell, say)."""
+    return {r for r, n in Counter(c.release for c in cells).items() if n > 1}
+
+
+def cell_tag(cell: Cell, ambiguous: set[str]) -> str:
+    """What tells a cell apart from another with the same release: its name when a release
+    has several cells, and its file too when a name has several files; else nothing."""
     if cell.duplicate:
-        return f"{label} ({cell.name}, from {cell.file})"
-    return f"{label} ({cell.name})" if cell.release in ambiguous_releases else label
+        return f"{cell.name}, from {cell.file}"
+    return cell.name if cell.release in ambiguous else ""
+
+
+def _with_tag(text: str, tag: str) -> str:
+    return f"{text} ({tag})" if tag else text
+
+
+def column_label(cell: Cell, device: str, ambiguous: set[str]) -> str:
+    """'release device', plus the cell's tag where the release alone is ambiguous."""
+    return _with_tag(f"{cell.release} {device}", cell_tag(cell, ambiguous))
+
+
+def release_label(cell: Cell, ambiguous: set[str]) -> str:
+    """'release', plus the cell's tag where the release alone is ambiguous."""
+    return _with_tag(cell.release, cell_tag(cell, ambiguous))
 
 
 def columns(cells: list[Cell]) -> list[Column]:
-    releases = Counter(c.release for c in cells)
-    ambiguous = {r for r, n in releases.items() if n > 1}
+    ambiguous = ambiguous_releases(cells)
     cols: list[Column] = []
     for cell in sorted(cells, key=lambda c: c.sort_key):
         for device in cell.devices():
-            cols.append(Column(cell, device, len(cols), column_label(cell, device, ambiguous)))
+            cols.append(Column(cell, device, len(cols), column_label(cell, device, ambiguous),
+                               cell_tag(cell, ambiguous)))
     return cols
 
 
@@ -217,16 +306,133 @@ def untested_notes(col: Column, numbers: list[str]) -> list[tuple[str, str]]:
     return [(f"{col.label}, promise {n}", out.note or "no reason given") for n, out in untested]
 
 
+# --- what changed at each release ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """A cell read against the one before it: 'at' is where something changed, 'since' what
+    it is compared with (None for the first). Labels carry the cell's tag where the
+    release alone is ambiguous."""
+
+    at: Cell
+    label: str
+    since: Cell | None = None
+    since_label: str | None = None
+
+
+def _step(cell: Cell, before: Cell | None, ambiguous: set[str]) -> Step:
+    return Step(cell, release_label(cell, ambiguous), before,
+                release_label(before, ambiguous) if before is not None else None)
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """Promises whose mark on a device changed at a step, all from the same mark to the same mark.
+
+    before is None for a cell that did not complete: it has no verdicts to compare, so
+    it is one row for every promise, and the next cell is compared with the last that did.
+    """
+
+    step: Step
+    device: str
+    promises: tuple[str, ...]  # empty: every promise (a cell that did not complete)
+    before: Outcome | None
+    after: Outcome
+
+
+def _verdict(promise: str, out: Outcome) -> tuple[str, str | None]:
+    """What must stay equal for a promise to read alike: the mark, and what a recorded
+    promise recorded (a failure's message may change; it is still a failure)."""
+    return out.kind, out.note if promise in RECORDED_ONLY else None
+
+
+def _changed_marks(before: Column, after: Column, numbers: list[str]) -> list[tuple[Outcome, Outcome, list[str]]]:
+    """(before, after, promises): the promises whose mark went from one to the other,
+    grouped where the marks and their notes read alike."""
+    groups: dict[tuple, tuple[Outcome, Outcome, list[str]]] = {}
+    for number in numbers:
+        old, new = before.cell.mark(number, before.device), after.cell.mark(number, after.device)
+        if _verdict(number, old) != _verdict(number, new):
+            key = (old.kind, old.note, new.kind, new.note)
+            groups.setdefault(key, (old, new, []))[2].append(number)
+    return list(groups.values())
+
+
+def verdict_changes(cells: list[Cell]) -> list[VerdictChange]:
+    """Each column against the previous column of the same device whose cell completed, in
+    column order: every promise whose mark changed, grouped where they changed alike."""
+    ambiguous = ambiguous_releases(cells)
+    numbers = promise_numbers(cells)
+    last_completed: dict[str, Column] = {}
+    changes: list[VerdictChange] = []
+    for col in columns(cells):
+        before = last_completed.get(col.device)
+        step = _step(col.cell, before.cell if before else None, ambiguous)
+        if not col.cell.completed:
+            # every promise has the cell's status as its mark: one row says it
+            changes.append(VerdictChange(step, col.device, (), None, col.cell.mark(numbers[0], col.device)))
+            continue
+        if before is not None:
+            for old, new, promises in _changed_marks(before, col, numbers):
+                changes.append(VerdictChange(step, col.device, tuple(promises), old, new))
+        last_completed[col.device] = col
+    return changes
+
+
+@dataclass(frozen=True)
+class ObservationChange:
+    """One probe, or one entry of a table-valued probe, that changed at a step.
+
+    None: the probe was not run, or (for an entry) the table had no such entry.
+    """
+
+    step: Step
+    probe: str
+    before: str | None
+    after: str | None
+    doc: str | None
+    entry: bool = False  # 'probe' names an entry of a table ('dtypes.bfloat16')
+
+
+def observed_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """Cells that recorded observations, in version order."""
+    return [c for c in sorted(cells, key=lambda c: c.sort_key) if c.result.observations]
+
+
+def observation_changes_by_release(cells: list[Cell]) -> list[ObservationChange]:
+    """Every change of observed behaviour between consecutive cells that observed anything."""
+    ambiguous = ambiguous_releases(cells)
+    observed = observed_cells(cells)
+    changes: list[ObservationChange] = []
+    docs = probe_docs(observed)
+    for before, after in zip(observed, observed[1:]):
+        step = _step(after, before, ambiguous)
+        for path, old, new in observation_changes(before.result.observations, after.result.observations):
+            probe = _probe_of(path, docs)
+            changes.append(ObservationChange(step, path, old, new, docs.get(probe), entry=path != probe))
+    return changes
+
+
+def _probe_of(path: str, probes: Iterable[str]) -> str:
+    """The probe a change belongs to: itself, or the table probe whose entry it names
+    ('dtypes.bfloat16' -> 'dtypes'). Probe names have dots too, so the longest match wins."""
+    owners = [p for p in probes if path == p or path.startswith(p + ".")]
+    return max(owners, key=len, default=path)
+
+
 # --- observed torch behaviour -------------------------------------------------------
 
 
-def observation_doc(cells: Iterable[Cell], probe: str) -> str | None:
-    """What a probe checks, from the newest cell that describes it."""
+def probe_docs(cells: Iterable[Cell]) -> dict[str, str | None]:
+    """Probe -> what it checks, from the newest cell that describes it (None: no cell does)."""
+    docs: dict[str, str | None] = {}
     for cell in sorted(cells, key=lambda c: c.sort_key, reverse=True):
-        obs = cell.result.observations.get(probe)
-        if isinstance(obs, dict) and isinstance(obs.get("doc"), str):
-            return obs["doc"]
-    return None
+        for probe, obs in cell.result.observations.items():
+            doc = obs.get("doc") if isinstance(obs, dict) else None
+            if docs.get(probe) is None:
+                docs[probe] = doc if isinstance(doc, str) else None
+    return docs
 
 
 @dataclass(frozen=True)
@@ -236,12 +442,24 @@ class ObservedValue:
     previous_release: str | None
 
 
-def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, str | None, list[ObservedValue]]]]:
-    """Cells with observations (in version order) and one row (probe, doc, values) per probe across them."""
-    observed = [c for c in sorted(cells, key=lambda c: c.sort_key) if c.result.observations]
-    probes = sorted({p for c in observed for p in c.result.observations})
+@dataclass(frozen=True)
+class ProbeRow:
+    probe: str
+    doc: str | None
+    values: list[ObservedValue]
+
+    @property
+    def ever_changed(self) -> bool:
+        """Differs somewhere, or some cell with observations did not run it."""
+        return any(v.changed or v.text is None for v in self.values)
+
+
+def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[ProbeRow]]:
+    """Cells with observations (in version order) and one row per probe across them."""
+    observed = observed_cells(cells)
+    docs = probe_docs(observed)
     rows = []
-    for probe in probes:
+    for probe in sorted(docs):
         values: list[ObservedValue] = []
         before: str | None = None
         for i, cell in enumerate(observed):
@@ -253,5 +471,32 @@ def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[tuple[str, st
                 previous_release=observed[i - 1].release if i > 0 else None,
             ))
             before = here
-        rows.append((probe, observation_doc(observed, probe), values))
+        rows.append(ProbeRow(probe, docs[probe], values))
     return observed, rows
+
+
+# Marks whose note the matrix shows in the cell itself (others only on hover).
+NOTED_KINDS = ("recorded", "untested")
+
+
+def repeated_notes(marks: Mapping[int, Outcome], cols: list[Column]) -> dict[int, str]:
+    """Column index -> the column that first showed the same note on the same device,
+    for each shown note (NOTED_KINDS) that only repeats the last one shown on that device.
+
+    A note shown once per change keeps a 16-column row one line high; the repeat names
+    where the text is, and the full note stays in the cell's tooltip. A column with no
+    shown note (a crashed cell) does not interrupt a run of repeats.
+    """
+    last_shown: dict[str, tuple[tuple[str, str], str]] = {}  # device -> ((kind, note), first column)
+    repeats: dict[int, str] = {}
+    for col in cols:
+        out = marks[col.index]
+        if out.kind not in NOTED_KINDS or not out.note:
+            continue
+        key = (out.kind, out.note)
+        previous = last_shown.get(col.device)
+        if previous is not None and previous[0] == key:
+            repeats[col.index] = previous[1]
+        else:
+            last_shown[col.device] = (key, col.label)
+    return repeats

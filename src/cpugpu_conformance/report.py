@@ -7,6 +7,11 @@ old schema) is named in the report and on stderr, one line each, and skipped: on
 upload must not hide the rest of the matrix. Two files claiming the same cell name are
 both shown, each column labelled with its file, and flagged.
 
+The same results always give the same bytes: what differs between runs of the same torch
+(start time, duration, command line, the runner's kernel) is left out as each result is
+read (``compat.stable_fields``), and nothing in the outputs depends on the clock, the
+output folder or the order of keys in a file.
+
 The report is all or nothing: see ``publish``.
 """
 
@@ -27,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from . import compat
-from .compat import ANSWERS, MARKS, Cell, Column
-from .results import SHORT_LIMIT, CellResult, ResultFileError, clean_text, schema
+from .compat import ANSWERS, MARKS, Cell, Column, ObservationChange, Step, VerdictChange
+from .results import SHORT_LIMIT, CellResult, Outcome, ResultFileError, clean_text, json_of, read_regular_file, schema
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
-COMPAT_SCHEMA_VERSION = 2
+COMPAT_SCHEMA_VERSION = 3
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
 PROG = "cpugpu-conformance report"
 
@@ -58,6 +64,15 @@ class Collected:
     def duplicates(self) -> dict[str, list[str]]:
         return compat.duplicates(self.cells)
 
+    # The changelog feeds both compat.json and the pages: worked out once.
+    @functools.cached_property
+    def verdict_changes(self) -> list[VerdictChange]:
+        return compat.verdict_changes(self.cells)
+
+    @functools.cached_property
+    def observation_changes(self) -> list[ObservationChange]:
+        return compat.observation_changes_by_release(self.cells)
+
 
 def _same_dir(a: Path, b: Path) -> bool:
     try:
@@ -79,9 +94,10 @@ def candidate_files(results_dir: Path, out_dir: Path | None = None) -> list[Path
 
 
 def load_cell(path: Path) -> CellResult:
-    """CellResult.load, with every way a hostile file can fail as one ResultFileError line."""
+    """CellResult.load without the run-specific fields, with every way a hostile file can
+    fail as one ResultFileError line."""
     try:
-        return CellResult.load(path)
+        return CellResult(compat.stable_fields(json_of(read_regular_file(path), path)), str(path))
     except ResultFileError:
         raise
     except RecursionError:  # nesting the parser accepted but a walk over the tree did not
@@ -114,7 +130,25 @@ def collect(results_dir: Path, out_dir: Path | None = None) -> Collected:
 
 
 def _styles(styles: dict[str, compat.MarkStyle]) -> dict[str, dict[str, str]]:
-    return {k: {"symbol": s.symbol, "label": s.word, "meaning": s.meaning} for k, s in styles.items()}
+    return {k: {"symbol": s.symbol, "word": s.word, "label": s.label, "meaning": s.meaning} for k, s in styles.items()}
+
+
+def _cell_ref(cell: Cell | None) -> dict[str, str] | None:
+    return None if cell is None else {"release": cell.release, "cell": cell.name, "source": cell.file}
+
+
+def _mark_json(out: Outcome | None) -> dict[str, Any] | None:
+    return None if out is None else {"mark": out.kind, "note": out.note}
+
+
+def _changes_json(verdicts: list[VerdictChange], observations: list[ObservationChange]) -> dict[str, Any]:
+    return {
+        "verdicts": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "device": c.device,
+                      "promises": list(c.promises), "before": _mark_json(c.before), "after": _mark_json(c.after)}
+                     for c in verdicts],
+        "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "probe": c.probe,
+                          "before": c.before, "after": c.after} for c in observations],
+    }
 
 
 def _compat_entry(cell: Cell, numbers: list[str]) -> dict[str, Any]:
@@ -150,6 +184,7 @@ def build_compat(got: Collected) -> dict[str, Any]:
         "marks": _styles(MARKS),
         "answers": _styles(ANSWERS),
         "cells": [_compat_entry(cell, numbers) for cell in got.cells],
+        "changes": _changes_json(got.verdict_changes, got.observation_changes),
         "duplicate_cells": [{"cell": name, "files": files} for name, files in got.duplicates.items()],
         "skipped_files": list(got.skipped),
     }
@@ -179,29 +214,74 @@ def _failure_sections(cells: list[Cell], cols: list[Column], numbers: list[str])
     return sections
 
 
+def _matrix_rows(cells: list[Cell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
+    """One row per promise: each column's mark, and where a note only repeats an earlier one."""
+    rows = []
+    for i, number in enumerate(numbers, 1):
+        outs = {col.index: col.cell.mark(number, col.device) for col in cols}
+        repeats = compat.repeated_notes(outs, cols)
+        marks = [{"mark": outs[col.index], "style": MARKS[outs[col.index].kind], "anchor": f"fail-{col.index}-{i}",
+                  "same_as": repeats.get(col.index)} for col in cols]
+        rows.append({"number": number, "title": compat.promise_title(number, cells), "marks": marks})
+    return rows
+
+
+def _by_step(changes: list[tuple[Step, Any]]) -> list[dict[str, Any]]:
+    """Changes grouped under the step (release) they happened at, in order: a changelog."""
+    groups: list[dict[str, Any]] = []
+    for step, change in changes:
+        if not groups or groups[-1]["step"] != step:
+            groups.append({"step": step, "label": step.label, "since": step.since_label, "changes": []})
+        groups[-1]["changes"].append(change)
+    return groups
+
+
+def _promises_text(promises: tuple[str, ...], cells: list[Cell]) -> tuple[str, str]:
+    """(what the row says, its tooltip): one promise by number and title, several by number
+    (titles on hover, so a GPU gone missing stays one short row), none: every promise."""
+    titles = [f"{n}. {compat.promise_title(n, cells)}" for n in promises]
+    if not titles:
+        return "every promise", ""
+    if len(titles) == 1:
+        return titles[0], ""
+    return ", ".join(promises), "; ".join(titles)
+
+
+def _verdict_rows(cells: list[Cell], changes: list[VerdictChange]) -> list[tuple[Step, dict[str, Any]]]:
+    rows = []
+    for change in changes:
+        text, titles = _promises_text(change.promises, cells)
+        rows.append((change.step, {"device": change.device, "promises": text, "titles": titles,
+                                   "before": _shown(change.before), "after": _shown(change.after)}))
+    return rows
+
+
+def _shown(out: Outcome | None) -> dict[str, Any] | None:
+    """A mark as the templates show it: its kind (for the class), its label and its note."""
+    return None if out is None else {"kind": out.kind, "style": MARKS[out.kind], "note": out.note}
+
+
 def build_view(got: Collected) -> dict[str, Any]:
     cells = got.cells
     cols = compat.columns(cells)
     numbers = compat.promise_numbers(cells)
-    rows = []
-    for i, number in enumerate(numbers, 1):
-        marks = [{"mark": out, "style": MARKS[out.kind], "anchor": f"fail-{col.index}-{i}"}
-                 for col in cols for out in [col.cell.mark(number, col.device)]]
-        rows.append({"number": number, "title": compat.promise_title(number, cells), "marks": marks})
-    observed_cells, observation_rows = compat.observation_table(cells)
+    observed_cells, probe_rows = compat.observation_table(cells)
     return {
         "cells": cells,
         "columns": cols,
-        "rows": rows,
+        "rows": _matrix_rows(cells, cols, numbers),
         "marks": MARKS,
         "answers": ANSWERS,
+        "verdict_log": _by_step(_verdict_rows(cells, got.verdict_changes)),
         "failures": _failure_sections(cells, cols, numbers),
         # Markdown has no hover: list why each untested mark is untested.
         "untested_notes": [note for col in cols for note in compat.untested_notes(col, numbers)],
         "incomplete": [c for c in cells if not c.completed],
         "observed_cells": observed_cells,
         "unobserved_cells": [c for c in cells if not c.result.observations],
-        "observation_rows": observation_rows,
+        "observation_log": _by_step([(c.step, c) for c in got.observation_changes]),
+        "changed_probes": [row for row in probe_rows if row.ever_changed],
+        "unchanged_probes": [row for row in probe_rows if not row.ever_changed],
         "env_keys": sorted({k for c in cells for k in c.result.environment}),
         "skipped_files": got.skipped,
         "duplicates": got.duplicates,
@@ -247,6 +327,11 @@ def md_fence(value: Any, lang: str = "") -> str:
     return f"{fence}{lang}\n{text}\n{fence}"
 
 
+def html_dotted(value: Any) -> markupsafe.Markup:
+    """A dotted name, escaped, that may wrap after each dot (not mid-word) in a narrow column."""
+    return markupsafe.escape(_text(value)).replace(".", markupsafe.Markup(".<wbr>"))
+
+
 @functools.cache
 def _environment(autoescape: bool) -> jinja2.Environment:
     """One environment per escaping mode, kept so each template compiles once per process."""
@@ -261,6 +346,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     env.filters["text"] = _text
     env.filters["md"] = md_escape
     env.filters["fence"] = md_fence
+    env.filters["dotted"] = html_dotted
     return env
 
 
