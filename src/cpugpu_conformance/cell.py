@@ -319,14 +319,13 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
     kill it at the time limit. However this returns or raises, the group is gone."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")  # the log tail must be current at a crash
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+    uninterrupted = interrupts.deferred if interrupts else contextlib.nullcontext
     started = time.monotonic()
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
         log.flush()
-        proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=env, start_new_session=True)
 
-        def pump() -> None:
+        def pump(proc: subprocess.Popen[bytes]) -> None:
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -337,17 +336,24 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
                     sys.stdout.write(text)
                     sys.stdout.flush()
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+        proc: subprocess.Popen[bytes] | None = None
+        reader: threading.Thread | None = None
         returncode: int | None = None
         try:
+            with uninterrupted():  # a signal waits until the group exists and this try guards it
+                proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        cwd=cwd, env=env, start_new_session=True)
+                reader = threading.Thread(target=pump, args=(proc,), daemon=True)
+                reader.start()
             returncode = proc.wait(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
             returncode = None
         finally:  # the time limit, an interrupt, or strays that outlived pytest
-            with interrupts.deferred() if interrupts else contextlib.nullcontext():
-                _kill_group(proc)
-                reader.join(timeout=KILL_GRACE_S)
+            with uninterrupted():
+                if proc is not None:
+                    _kill_group(proc)
+                if reader is not None:
+                    reader.join(timeout=KILL_GRACE_S)
     return SuiteRun(returncode, time.monotonic() - started, list(tail))
 
 
