@@ -301,32 +301,37 @@ class CellRecorder:
             return out
         return {"verdict": "skipped", "reason": "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran", **out}
 
-    def _status(self, session: pytest.Session, exitstatus: int) -> tuple[str, str | None]:
-        """How the run ended: only a run that went through its tests is 'completed'."""
-        for death in self.deaths.values():  # workers that died between tests
-            self.crashes.append(Crash("?", death))
-        if self.crashes:
-            return "crashed", "\n".join(c.line() for c in self.crashes)
+    def _crash_lines(self) -> list[str]:
+        """Each worker that died: during a test (xdist named it), or between tests."""
+        between = [Crash(worker, how) for worker, how in self.deaths.items()]
+        return [crash.line() for crash in self.crashes + between]
+
+    def _status(self, session: pytest.Session) -> tuple[str, str | None, list[str]]:
+        """How the run ended (status, detail, warnings): only a run that went through its tests is 'completed'."""
+        exitstatus = session.exitstatus
+        crashes = self._crash_lines()
+        if crashes:
+            return "crashed", "\n".join(crashes), []
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
-            return "completed", None
+            return "completed", None, []
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             if _stopped_by_maxfail(session):
-                # -x / --maxfail: a stop the user asked for; the untested pairs read as untested.
-                self.config.stash[WARNINGS].append(f"the run stopped after {session.testsfailed} failures (-x/--maxfail): later tests did not run")
-                return "completed", None
+                # -x / --maxfail (which xdist reports as an interruption): a stop the user asked
+                # for, after a failure that is a verdict; the pairs it never reached read as untested.
+                return "completed", None, [f"the run stopped after {session.testsfailed} failures (-x/--maxfail): later tests did not run"]
             why = self.interruption or "interrupted"
-            return "interrupted", f"the run was interrupted ({why}, pytest exit status 2): not every test ran"
+            return "interrupted", f"the run was interrupted ({why}, pytest exit status 2): not every test ran", []
         try:
             name = pytest.ExitCode(exitstatus).name.lower().replace("_", " ")
         except ValueError:
             name = "unknown"
-        return "error", f"pytest exit status {int(exitstatus)} ({name})"
+        return "error", f"pytest exit status {int(exitstatus)} ({name})", []
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        status, detail = self._status(session, session.exitstatus)
-        if status == "crashed" and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        status, detail, stop_warnings = self._status(session)
+        if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
         promises = {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()}
         self._write(results.new_result(
             self.name,
@@ -335,7 +340,7 @@ class CellRecorder:
             started=self.started,
             duration_s=round(time.monotonic() - self.t0, 3),
             pytest_exitstatus=int(session.exitstatus),
-            warnings=list(self.config.stash[WARNINGS]),
+            warnings=list(self.config.stash[WARNINGS]) + stop_warnings,
             devices={d: self.plan.entry(d) for d in DEVICES},
             promises=promises,
             counts=self.counts,
