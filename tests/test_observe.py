@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
+import types
+import warnings
 
 import pytest
 import torch
 
 from cpugpu_conformance import observe
-from cpugpu_conformance.observe import PROBES, Probe, clean_message, observe_all
+from cpugpu_conformance.observe import PROBES, Probe, clean_message, clean_warning, observe_all
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +38,24 @@ def mode_state() -> tuple[bool, bool]:
     return torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
 
+def global_state() -> dict:
+    return {
+        "inference_mode": torch.is_inference_mode_enabled(),
+        "grad": torch.is_grad_enabled(),
+        "default_dtype": torch.get_default_dtype(),
+        "default_device": torch.empty(0).device,
+        "warn_always": torch.is_warn_always_enabled(),
+    }
+
+
+def in_fresh_thread(fn):
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault("value", fn()))
+    worker.start()
+    worker.join()
+    return box["value"]
+
+
 # ----------------------------------------------------------------- shape of the output
 
 
@@ -44,15 +66,45 @@ def test_at_least_fifteen_probes_each_documented() -> None:
         assert entry.doc.strip(), name
 
 
+def test_no_probe_name_lies_under_another() -> None:
+    # The report names a changed entry of a dict-valued probe "<probe>.<key>".
+    names = list(PROBES)
+    assert [(a, b) for a in names for b in names if b.startswith(a + ".")] == []
+
+
 def test_every_probe_reported_in_registry_order_with_value_or_error(observed: dict) -> None:
     assert list(observed) == list(PROBES)
     for name, entry in observed.items():
         assert entry["doc"] == PROBES[name].doc
-        assert set(entry) in ({"doc", "value"}, {"doc", "error"}), name
+        assert set(entry) - {"warnings"} in ({"doc", "value"}, {"doc", "error"}), name
         if "error" in entry:
             assert set(entry["error"]) == {"type", "message"}
             assert "\n" not in entry["error"]["message"]
             assert len(entry["error"]["message"]) <= observe.MESSAGE_LIMIT
+        if "warnings" in entry:
+            assert_warnings_well_formed(entry["warnings"], name)
+
+
+def assert_warnings_well_formed(recorded: list, where: str) -> None:
+    assert recorded, f"{where}: an empty warnings list is left out, not recorded"
+    assert len({json.dumps(w, sort_keys=True) for w in recorded}) == len(recorded), f"{where}: repeats"
+    for warning in recorded:
+        assert set(warning) == {"category", "message"}, where
+        assert "\n" not in warning["message"] and "0x" not in warning["message"].replace("0x?", ""), where
+        assert "Triggered internally" not in warning["message"], where
+
+
+def test_no_probe_leaked_state(observed: dict) -> None:
+    leaked = {name: entry["error"] for name, entry in observed.items() if "LeakedModeState" in str(entry.get("error"))}
+    assert leaked == {}
+
+
+def test_dtype_table_warnings_stay_in_their_rows(observed: dict) -> None:
+    # The report diffs a table entry by entry only when the probe has nothing but a value.
+    assert set(observed["dtypes"]) == {"doc", "value"}
+    for dtype, row in observed["dtypes"]["value"].items():
+        if "warnings" in row:
+            assert_warnings_well_formed(row["warnings"], f"dtypes.{dtype}")
 
 
 def test_output_is_strict_json(observed: dict) -> None:
@@ -92,6 +144,59 @@ def test_mode_state_after_observe_all_is_plain() -> None:
     observe_all()
     assert torch.is_inference_mode_enabled() is False
     assert torch.is_grad_enabled() == grad_before
+
+
+def test_plain_state_is_left_as_found() -> None:
+    before = global_state()
+    observe_all()
+    assert global_state() == before
+
+
+def test_ambient_default_dtype_and_device_context_left_as_found_and_do_not_change_observations(
+    observed: dict,
+) -> None:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.device("meta"), torch.no_grad():
+            ambient = global_state()
+            assert ambient["default_device"] == torch.device("meta")
+            inside = observe_all()
+            assert global_state() == ambient
+    finally:
+        torch.set_default_dtype(before)
+    assert inside == observed
+
+
+def test_set_default_device_left_as_found_and_does_not_change_observations(observed: dict) -> None:
+    torch.set_default_device("meta")
+    try:
+        ambient = global_state()
+        inside = observe_all()
+        assert global_state() == ambient
+        assert torch.get_default_device() == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
+    assert torch.empty(0).device == torch.device("cpu")
+    assert inside == observed
+
+
+def test_warn_always_is_restored_both_ways() -> None:
+    for setting in (True, False):
+        torch.set_warn_always(setting)
+        try:
+            observe_all()
+            assert torch.is_warn_always_enabled() is setting
+        finally:
+            torch.set_warn_always(False)
+
+
+def test_reused_object_probes_confine_the_leak_to_their_thread() -> None:
+    for name in ("mode.reused_inference_mode_object", "mode.reused_inference_mode_object_states"):
+        PROBES[name].fn(torch)  # called directly, without observe_all's checks and repairs
+        assert mode_state() == (False, True), name
+        assert in_fresh_thread(mode_state) == (False, True), name
+        assert torch.zeros(1).is_inference() is False, name
 
 
 # ----------------------------------------------------------------- known facts (torch 2.13, numpy 2)
@@ -182,7 +287,12 @@ def test_dtype_table(observed: dict) -> None:
     assert table["bfloat16"] == {"zeros": "ok", "copy_": "ok", "numpy": "raises TypeError"}
     assert table["float8_e4m3fn"]["numpy"] == "raises TypeError"
     assert table["int4"]["copy_"] == "raises NotImplementedError"
-    assert table["qint8"] == {"zeros": "raises NotImplementedError", "copy_": None, "numpy": None}
+    qint8 = table["qint8"]
+    assert qint8.pop("warnings")[0]["message"].startswith("torch.quantize_per_tensor, ")
+    assert qint8 == {"zeros": "raises NotImplementedError", "copy_": None, "numpy": None}
+    assert table["complex32"]["warnings"] == [
+        {"category": "UserWarning", "message": "ComplexHalf support is experimental and many operators don't support it yet."}
+    ]
 
 
 def test_pin_memory_without_accelerator(observed: dict) -> None:
@@ -201,6 +311,163 @@ def test_copies_and_slices(observed: dict) -> None:
     assert value(observed, "copy_.into_slice") == {"destination": [1.0, 1.0, 0.0, 0.0], "returned_shares_storage": True}
     assert value(observed, "slice.first_dim_lengths") == {"-5": 0, "-1": 2, "0": 0, "2": 2, "3": 3, "5": 3}
     assert error(observed, "slice.zero_dim")["type"] == "IndexError"
+
+
+def test_reused_inference_mode_object_states(observed: dict) -> None:
+    assert value(observed, "mode.reused_inference_mode_object_states") == {
+        "outer": True,
+        "inner": False,  # making the second guard dropped the first one, which switched the mode off
+        "between": True,
+        "exit_raised": None,
+        "after": {"grad_enabled": False, "inference_mode_enabled": True},
+    }
+
+
+def test_bare_decorator_runs_and_makes_inference_tensors(observed: dict) -> None:
+    assert value(observed, "mode.bare_decorator.is_inference") is True
+
+
+@pytest.mark.parametrize("label", sorted(observe.NON_BOOL_MODES))
+def test_non_bool_inference_mode_argument_is_taken_for_a_function(observed: dict, label: str) -> None:
+    assert error(observed, f"mode.non_bool_argument.{label}") == {
+        "type": "TypeError",
+        "message": "'function' object does not support the context manager protocol",
+    }
+
+
+def test_inference_tensor_resize_and_autograd(observed: dict) -> None:
+    refused = error(observed, "inference_tensor.resize_outside")
+    assert refused["type"] == "RuntimeError" and "Inplace update to inference tensor" in refused["message"]
+    for name in ("autograd.inference_tensor_saved.mul", "autograd.inference_tensor_saved.function"):
+        saved = error(observed, name)
+        assert saved["type"] == "RuntimeError"
+        assert saved["message"].startswith("Inference tensors cannot be saved for backward."), name
+    assert value(observed, "autograd.inference_tensor_unsaved.add") == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("zeros.no_size", "TypeError"),
+        ("zeros.negative_size", "RuntimeError"),
+        ("zeros.float_size", "TypeError"),
+        ("zeros.bool_size", "TypeError"),
+        ("zeros.overflowing_size", "RuntimeError"),
+        ("zeros.size_beyond_int64", "TypeError"),
+    ],
+)
+def test_bad_sizes_are_refused(observed: dict, name: str, kind: str) -> None:
+    assert error(observed, name)["type"] == kind
+
+
+def test_overflowing_size_raises_before_allocating() -> None:
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="overflow"):
+        PROBES["zeros.overflowing_size"].fn(torch)
+    assert time.monotonic() - started < 5
+
+
+def test_devices_and_defaults(observed: dict) -> None:
+    assert value(observed, "zeros_like.meta.device") == "meta"
+    if not torch.cuda.is_available():
+        assert "error" in observed["zeros_like.cuda.device"]
+    assert value(observed, "default_device.get_default_device") == "cpu"
+    assert value(observed, "default_device.meta_context.zeros") == "meta"
+    assert value(observed, "default_device.meta_context.zeros_device_cpu") == "cpu"
+    assert value(observed, "default_device.meta_context.zeros_like_cpu") == "cpu"
+    assert value(observed, "default_device.meta_context.get_default_device") == "meta"
+    assert value(observed, "default_dtype.float16.zeros") == "torch.float16"
+    assert value(observed, "default_dtype.float16.zeros_dtype_float32") == "torch.float32"
+    assert value(observed, "default_dtype.float16.zeros_like_float32") == "torch.float32"
+
+
+def test_is_pinned_device_argument_warns_deprecation_every_run(observed: dict) -> None:
+    deprecated = {
+        "category": "DeprecationWarning",
+        "message": "The argument 'device' of Tensor.is_pinned() is deprecated. Please do not pass this argument.",
+    }
+    for name in ("pin_memory.is_pinned_device_cuda", "pin_memory.is_pinned_device_cpu"):
+        assert observed[name]["warnings"] == [deprecated], name
+    # torch warns only once per process unless warn_always is on: a later run still records it.
+    again = observe_all()
+    assert again["pin_memory.is_pinned_device_cuda"]["warnings"] == [deprecated]
+
+
+def test_accelerator_api(observed: dict) -> None:
+    available = value(observed, "accelerator.available")
+    current = value(observed, "accelerator.current_accelerator")
+    count = value(observed, "accelerator.device_count")
+    assert value(observed, "accelerator._C._get_accelerator") == str(torch._C._get_accelerator())
+    if not available:
+        assert count == 0
+    else:
+        assert count >= 1 and current is not None
+
+
+def test_a_missing_api_is_recorded_as_absent() -> None:
+    bare = types.SimpleNamespace(_C=types.SimpleNamespace())
+    assert PROBES["default_device.get_default_device"].fn(bare) == "absent: torch has no get_default_device"
+    assert PROBES["accelerator.device_count"].fn(bare) == "absent: torch has no accelerator.device_count"
+    assert PROBES["accelerator._C._get_accelerator"].fn(bare) == "absent: torch has no _C._get_accelerator"
+
+
+# ----------------------------------------------------------------- the value is what the doc says
+
+
+def recorded_as(fn) -> dict:
+    """What observe would record for fn(), computed here independently of observe's runner."""
+    try:
+        return {"value": json.loads(json.dumps(fn()))}
+    except Exception as exc:  # noqa: BLE001 - the raise is the outcome
+        return {"error": {"type": type(exc).__name__, "message": clean_message(str(exc))}}
+
+
+def zeros_dtype_under_float16_default() -> str:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        return str(torch.zeros(2).dtype)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def zeros_like_cpu_tensor_in_meta_context() -> str:
+    cpu_tensor = torch.zeros(2)
+    with torch.device("meta"):
+        return str(torch.zeros_like(cpu_tensor).device)
+
+
+def inference_mode_one_state() -> dict:
+    def run():
+        try:
+            with torch.inference_mode(1):
+                return {"grad_enabled": torch.is_grad_enabled(), "inference_mode_enabled": torch.is_inference_mode_enabled()}
+        except Exception as exc:  # noqa: BLE001 - carried out of the thread
+            return exc
+
+    outcome = in_fresh_thread(run)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+@pytest.mark.parametrize(
+    "name, call_in_doc, do_what_the_doc_says",
+    [
+        ("default_dtype.float16.zeros", "str(torch.zeros(2).dtype)", zeros_dtype_under_float16_default),
+        (
+            "default_device.meta_context.zeros_like_cpu",
+            "with torch.device('meta'): str(torch.zeros_like(cpu_tensor).device)",
+            zeros_like_cpu_tensor_in_meta_context,
+        ),
+        ("mode.non_bool_argument.int_1", "with torch.inference_mode(1):", inference_mode_one_state),
+    ],
+)
+def test_recorded_value_is_what_the_doc_says(observed: dict, name, call_in_doc, do_what_the_doc_says) -> None:
+    assert call_in_doc in PROBES[name].doc
+    entry = {key: item for key, item in observed[name].items() if key not in ("doc", "warnings")}
+    assert entry == recorded_as(do_what_the_doc_says)
+    assert torch.get_default_dtype() == torch.float32 and mode_state() == (False, True)
 
 
 # ----------------------------------------------------------------- failure handling
@@ -238,6 +505,71 @@ def test_a_probe_leaking_grad_mode_is_flagged_and_undone(monkeypatch: pytest.Mon
     assert torch.is_grad_enabled() == grad_before
 
 
+def test_a_probe_leaking_inference_mode_is_flagged_and_repaired(monkeypatch: pytest.MonkeyPatch) -> None:
+    def leak(torch_module):
+        mode = torch_module.inference_mode()
+        with mode:  # noqa: SIM117 - the reuse that leaves the mode on
+            with mode:
+                pass
+
+    _fake_registry(monkeypatch, leak=leak, after=lambda torch_module: torch_module.zeros(1).is_inference())
+    result = observe_all()
+    assert result["leak"]["error"]["type"] == "LeakedModeState"
+    assert result["after"] == {"doc": "fake after", "value": False}
+    assert mode_state() == (False, True)
+    torch.zeros(1).add_(1)  # a normal tensor again
+    with torch.inference_mode():
+        assert torch.is_inference_mode_enabled()
+    assert mode_state() == (False, True)
+
+
+def test_a_probe_leaking_the_default_dtype_is_flagged_and_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_registry(
+        monkeypatch,
+        leak=lambda torch_module: torch_module.set_default_dtype(torch_module.float64),
+        after=lambda torch_module: str(torch_module.zeros(1).dtype),
+    )
+    result = observe_all()
+    assert result["leak"]["error"]["type"] == "LeakedModeState"
+    assert "float64" in result["leak"]["error"]["message"]
+    assert result["after"]["value"] == "torch.float32"
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_warnings_are_recorded_cleaned_deduplicated_and_identical_each_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    def noisy(torch_module):
+        for _ in range(3):
+            warnings.warn("object at 0xdeadbeef in /tmp/x/y.py\nsecond line", UserWarning, stacklevel=1)
+        warnings.warn("old", DeprecationWarning, stacklevel=1)
+        return 1
+
+    def noisy_and_raising(torch_module):
+        warnings.warn("about to fail", RuntimeWarning, stacklevel=1)
+        raise ValueError("failed")
+
+    _fake_registry(monkeypatch, noisy=noisy, raising=noisy_and_raising, quiet=lambda torch_module: 2)
+    expected = {
+        "noisy": {
+            "doc": "fake noisy",
+            "value": 1,
+            "warnings": [
+                {"category": "UserWarning", "message": "object at 0x? in <path>"},
+                {"category": "DeprecationWarning", "message": "old"},
+            ],
+        },
+        "raising": {
+            "doc": "fake raising",
+            "error": {"type": "ValueError", "message": "failed"},
+            "warnings": [{"category": "RuntimeWarning", "message": "about to fail"}],
+        },
+        "quiet": {"doc": "fake quiet", "value": 2},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under -W error: still recorded, never raised
+        assert observe_all() == expected
+        assert observe_all() == expected
+
+
 def test_without_torch_every_probe_records_the_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ModuleNotFoundError
     result = observe_all()
@@ -271,6 +603,21 @@ def test_duplicate_probe_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 )
 def test_clean_message(raw: str, cleaned: str) -> None:
     assert clean_message(raw) == cleaned
+
+
+@pytest.mark.parametrize(
+    "raw, cleaned",
+    [
+        (
+            "The argument 'device' is deprecated. (Triggered internally at /__w/pytorch/aten/src/Memory.cpp:31.)",
+            "The argument 'device' is deprecated.",
+        ),
+        ("Deprecated. (Triggered internally at ../aten/src/ATen/native/Memory.cpp:31.)\nmore", "Deprecated."),
+        ("no trailer at 0x12ab", "no trailer at 0x?"),
+    ],
+)
+def test_clean_warning(raw: str, cleaned: str) -> None:
+    assert clean_warning(raw) == cleaned
 
 
 def test_clean_message_is_capped() -> None:

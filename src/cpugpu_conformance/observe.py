@@ -5,6 +5,12 @@ runs them all and records, per probe, ``{"doc": ..., "value": ...}`` or, when th
 operation raised, ``{"doc": ..., "error": {"type": ..., "message": ...}}``. The report
 diffs these between torch releases, so the output must be identical run after run for
 the same torch: messages are cut to their first line and stripped of addresses and paths.
+A probe that made torch warn also has ``"warnings": [{"category", "message"}, ...]``
+(distinct warnings, in the order first emitted; messages cleaned the same way). An API the
+running torch lacks is recorded as the value ``"absent: torch has no <name>"``.
+
+Probes leave no state behind: grad mode, inference mode, default dtype and default device
+are checked after each one (and repaired, with the probe flagged, where one leaked).
 
 Only the standard library, torch and numpy are used, and torch is imported lazily, so this
 module loads in any cell environment (torch 2.0 and newer, numpy 1 or 2).
@@ -76,6 +82,57 @@ def _outcome(fn: Callable[[], Any]) -> str:
     except Exception as exc:  # noqa: BLE001 - any failure is the observation
         return f"raises {type(exc).__name__}"
     return "ok"
+
+
+_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+
+
+def clean_warning(text: str) -> str:
+    """clean_message, less torch's "(Triggered internally at <source file>:<line>.)" trailer,
+    whose build path and line number change between releases with no change of behaviour."""
+    lines = str(text).strip().splitlines()
+    return clean_message(_TRIGGERED_AT.sub("", lines[0]) if lines else "")
+
+
+def describe_warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, str]]:
+    """Distinct (category, cleaned first line) of the caught warnings, in first-emitted order."""
+    seen = dict.fromkeys((w.category.__name__, clean_warning(str(w.message))) for w in caught)
+    return [{"category": category, "message": message} for category, message in seen]
+
+
+@contextlib.contextmanager
+def _recording_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    """Catch every warning raised in the block, repeats included (whatever the filters say)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def absent(name: str) -> str:
+    """The value of a probe whose API the running torch does not have."""
+    return f"absent: torch has no {name}"
+
+
+def _api(torch: Any, dotted: str) -> Any:
+    """torch.<dotted> (e.g. "accelerator.device_count"), or None where some part is missing."""
+    found = torch
+    for part in dotted.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return found
+
+
+def _call_api(torch: Any, dotted: str, convert: Callable[[Any], Any]) -> Any:
+    """convert(torch.<dotted>()), or absent("<dotted>") where the running torch lacks it."""
+    function = _api(torch, dotted)
+    if function is None:
+        return absent(dotted)
+    return convert(function())
+
+
+def _device_text(device: Any) -> str | None:
+    return None if device is None else str(device)
 
 
 # --------------------------------------------------------------------------- contexts
@@ -251,6 +308,76 @@ def _reused_object(torch: Any) -> Any:
     return _in_thread(nest_twice)
 
 
+def _error_text(exc: BaseException) -> str:
+    error = describe_exception(exc)
+    return f"{error['type']}: {error['message']}"
+
+
+# Not "mode.reused_inference_mode_object.states": a name under another probe's name would
+# read in the report as an entry of that probe's (dict) value.
+@probe(
+    "mode.reused_inference_mode_object_states",
+    "mode = torch.inference_mode(); with mode: (with mode: ...), in a throwaway thread: "
+    "is_inference_mode_enabled() in the outer block, the inner block and between them, what leaving "
+    "the outer block raised ('Type: message', null if nothing), and the mode state after both",
+)
+def _reused_object_states(torch: Any) -> Any:
+    def nest_twice() -> Any:
+        mode = torch.inference_mode()
+        seen: dict[str, Any] = {}
+        try:
+            with mode:  # noqa: SIM117 - nesting the same object twice is the point
+                seen["outer"] = bool(torch.is_inference_mode_enabled())
+                with mode:
+                    seen["inner"] = bool(torch.is_inference_mode_enabled())
+                seen["between"] = bool(torch.is_inference_mode_enabled())
+            seen["exit_raised"] = None
+        except Exception as exc:  # noqa: BLE001 - the raise is the observation
+            seen["exit_raised"] = _error_text(exc)
+        seen["after"] = _mode_state(torch)
+        return seen
+
+    return _in_thread(nest_twice)
+
+
+@probe(
+    "mode.bare_decorator.is_inference",
+    "@torch.inference_mode (no parentheses) on def make(): return torch.zeros(2); "
+    "make().is_inference(), in a throwaway thread",
+)
+def _bare_decorator(torch: Any) -> Any:
+    def run() -> Any:
+        @torch.inference_mode
+        def make() -> Any:
+            return torch.zeros(2)
+
+        return bool(make().is_inference())
+
+    return _in_thread(run)
+
+
+# Arguments that are not a bool: torch 2.0 hands them to the C++ guard (which takes an int
+# or None and refuses a str); later releases take any non-bool as the function to decorate.
+NON_BOOL_MODES: dict[str, Any] = {"int_1": 1, "int_0": 0, "str_yes": "yes", "none": None}
+
+
+def _register_non_bool_mode_probe(label: str, argument: Any) -> None:
+    @probe(
+        f"mode.non_bool_argument.{label}",
+        f"with torch.inference_mode({argument!r}): grad / inference mode enabled inside, in a throwaway thread",
+    )
+    def non_bool(torch: Any) -> Any:
+        def run() -> Any:
+            with torch.inference_mode(argument):
+                return _mode_state(torch)
+
+        return _in_thread(run)
+
+
+for _label, _argument in NON_BOOL_MODES.items():
+    _register_non_bool_mode_probe(_label, _argument)
+
+
 # --------------------------------------------------------------------------- inference tensors
 
 
@@ -268,6 +395,16 @@ def _refusal_after_write(torch: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - the raise is the observation
         raised = type(exc).__name__
     return {"before": before, "after": tensor.tolist(), "raised": raised}
+
+
+@probe(
+    "inference_tensor.resize_outside",
+    "tensor.resize_(4) outside the mode, tensor = torch.zeros(2) made in inference_mode(); value is list(tensor.shape)",
+)
+def _resize_outside(torch: Any) -> Any:
+    tensor = _make_in(torch, "inference_mode")
+    tensor.resize_(4)
+    return list(tensor.shape)
 
 
 @probe("inference_tensor.version", "_version of a tensor made in inference_mode()")
@@ -311,6 +448,60 @@ def _view_from_inference_is_inference(torch: Any) -> Any:
     base = torch.zeros(3)
     with torch.inference_mode():
         return bool(base[:1].is_inference())
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+def _leaf_and_inference_tensor(torch: Any) -> tuple[Any, Any]:
+    """x = torch.ones(2, requires_grad=True), and weight = torch.ones(2) made in inference_mode()."""
+    with torch.inference_mode():
+        weight = torch.ones(2)
+    return torch.ones(2, requires_grad=True), weight
+
+
+@probe(
+    "autograd.inference_tensor_saved.mul",
+    "(x * weight).sum().backward() outside the mode, x = torch.ones(2, requires_grad=True), "
+    "weight = torch.ones(2) made in inference_mode() (mul saves weight for backward); value is x.grad",
+)
+def _saved_by_mul(torch: Any) -> Any:
+    x, weight = _leaf_and_inference_tensor(torch)
+    (x * weight).sum().backward()
+    return x.grad.tolist()
+
+
+@probe(
+    "autograd.inference_tensor_saved.function",
+    "Scale.apply(x, weight).sum().backward() outside the mode, Scale a torch.autograd.Function whose "
+    "forward calls ctx.save_for_backward(weight), weight made in inference_mode(); value is x.grad",
+)
+def _saved_by_function(torch: Any) -> Any:
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, weight: Any) -> Any:
+            ctx.save_for_backward(weight)
+            return x * weight
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (weight,) = ctx.saved_tensors
+            return grad * weight, None
+
+    x, weight = _leaf_and_inference_tensor(torch)
+    Scale.apply(x, weight).sum().backward()
+    return x.grad.tolist()
+
+
+@probe(
+    "autograd.inference_tensor_unsaved.add",
+    "(x + weight).sum().backward() outside the mode, weight made in inference_mode() "
+    "(add saves neither input); value is x.grad",
+)
+def _unsaved_by_add(torch: Any) -> Any:
+    x, weight = _leaf_and_inference_tensor(torch)
+    (x + weight).sum().backward()
+    return x.grad.tolist()
 
 
 # --------------------------------------------------------------------------- version counter
@@ -405,6 +596,16 @@ def installed_dtypes(torch: Any) -> dict[str, Any]:
 
 
 def _dtype_row(torch: Any, dtype: Any) -> dict[str, Any]:
+    """The row of one dtype; its warnings in the row, so that the report still diffs the
+    table entry by entry (it does so only for a probe with nothing but a value)."""
+    with _recording_warnings() as caught:
+        row = _dtype_outcomes(torch, dtype)
+    if caught:
+        row["warnings"] = describe_warnings(caught)
+    return row
+
+
+def _dtype_outcomes(torch: Any, dtype: Any) -> dict[str, Any]:
     made: dict[str, Any] = {}
     zeros = _outcome(lambda: made.setdefault("tensor", torch.zeros(2, dtype=dtype)))
     if "tensor" not in made:
@@ -421,10 +622,145 @@ def _dtype_row(torch: Any, dtype: Any) -> dict[str, Any]:
 @probe(
     "dtypes",
     "per dtype of the installed torch: torch.zeros(2, dtype) ok?, copy_ between two of them ok?, "
-    "and the numpy dtype of .numpy() (or 'raises <type>'); null where zeros failed",
+    "and the numpy dtype of .numpy() (or 'raises <type>'); null where zeros failed; "
+    "'warnings' in the row of a dtype that made torch warn",
 )
 def _dtypes(torch: Any) -> Any:
     return {name: _dtype_row(torch, dtype) for name, dtype in installed_dtypes(torch).items()}
+
+
+# --------------------------------------------------------------------------- constructors
+
+
+@probe("zeros.no_size", "list(torch.zeros().shape)")
+def _zeros_no_size(torch: Any) -> Any:
+    return list(torch.zeros().shape)
+
+
+@probe("zeros.negative_size", "list(torch.zeros(-1).shape)")
+def _zeros_negative(torch: Any) -> Any:
+    return list(torch.zeros(-1).shape)
+
+
+@probe("zeros.float_size", "list(torch.zeros(2.0).shape)")
+def _zeros_float(torch: Any) -> Any:
+    return list(torch.zeros(2.0).shape)
+
+
+@probe("zeros.bool_size", "list(torch.zeros(True).shape)")
+def _zeros_bool(torch: Any) -> Any:
+    return list(torch.zeros(True).shape)
+
+
+@probe(
+    "zeros.overflowing_size",
+    "list(torch.zeros(2**62).shape) (2**64 bytes of float32: the byte count overflows int64, "
+    "so it raises before allocating)",
+)
+def _zeros_overflowing(torch: Any) -> Any:
+    # Every release from 2.0.1 on checks the byte count before allocating; a size that
+    # fits int64 bytes but not memory (2**40, say) would try to allocate it: never do that.
+    return list(torch.zeros(2**62).shape)
+
+
+@probe("zeros.size_beyond_int64", "list(torch.zeros(2**63).shape) (the size itself does not fit int64)")
+def _zeros_beyond_int64(torch: Any) -> Any:
+    return list(torch.zeros(2**63).shape)
+
+
+@probe("zeros_like.meta.device", "str(torch.zeros_like(torch.zeros(2), device='meta').device)")
+def _zeros_like_meta(torch: Any) -> Any:
+    return str(torch.zeros_like(torch.zeros(2), device="meta").device)
+
+
+@probe(
+    "zeros_like.cuda.device",
+    "str(torch.zeros_like(torch.zeros(2), device='cuda').device) (raises where CUDA is not usable)",
+)
+def _zeros_like_cuda(torch: Any) -> Any:
+    return str(torch.zeros_like(torch.zeros(2), device="cuda").device)
+
+
+# --------------------------------------------------------------------------- ambient defaults
+
+
+@probe("default_device.get_default_device", "str(torch.get_default_device())")
+def _get_default_device(torch: Any) -> Any:
+    return _call_api(torch, "get_default_device", str)
+
+
+@probe("default_device.meta_context.zeros", "with torch.device('meta'): str(torch.zeros(2).device)")
+def _meta_context_zeros(torch: Any) -> Any:
+    with torch.device("meta"):
+        return str(torch.zeros(2).device)
+
+
+@probe(
+    "default_device.meta_context.zeros_device_cpu",
+    "with torch.device('meta'): str(torch.zeros(2, device='cpu').device)",
+)
+def _meta_context_zeros_cpu(torch: Any) -> Any:
+    with torch.device("meta"):
+        return str(torch.zeros(2, device="cpu").device)
+
+
+@probe(
+    "default_device.meta_context.zeros_like_cpu",
+    "with torch.device('meta'): str(torch.zeros_like(cpu_tensor).device), cpu_tensor = torch.zeros(2) made before",
+)
+def _meta_context_zeros_like(torch: Any) -> Any:
+    cpu_tensor = torch.zeros(2)
+    with torch.device("meta"):
+        return str(torch.zeros_like(cpu_tensor).device)
+
+
+@probe(
+    "default_device.meta_context.get_default_device",
+    "with torch.device('meta'): str(torch.get_default_device())",
+)
+def _meta_context_get_default_device(torch: Any) -> Any:
+    with torch.device("meta"):
+        return _call_api(torch, "get_default_device", str)
+
+
+@contextlib.contextmanager
+def _default_dtype(torch: Any, dtype: Any) -> Iterator[None]:
+    """torch.set_default_dtype(dtype) for the block; the previous default is put back after."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@probe(
+    "default_dtype.float16.zeros",
+    "torch.set_default_dtype(torch.float16); str(torch.zeros(2).dtype) (the default is put back after)",
+)
+def _float16_default_zeros(torch: Any) -> Any:
+    with _default_dtype(torch, torch.float16):
+        return str(torch.zeros(2).dtype)
+
+
+@probe(
+    "default_dtype.float16.zeros_dtype_float32",
+    "torch.set_default_dtype(torch.float16); str(torch.zeros(2, dtype=torch.float32).dtype)",
+)
+def _float16_default_zeros_float32(torch: Any) -> Any:
+    with _default_dtype(torch, torch.float16):
+        return str(torch.zeros(2, dtype=torch.float32).dtype)
+
+
+@probe(
+    "default_dtype.float16.zeros_like_float32",
+    "torch.set_default_dtype(torch.float16); str(torch.zeros_like(float32_tensor).dtype), "
+    "float32_tensor = torch.zeros(2, dtype=torch.float32) made before",
+)
+def _float16_default_zeros_like(torch: Any) -> Any:
+    float32_tensor = torch.zeros(2, dtype=torch.float32)
+    with _default_dtype(torch, torch.float16):
+        return str(torch.zeros_like(float32_tensor).dtype)
 
 
 # --------------------------------------------------------------------------- pinned memory
@@ -456,6 +792,47 @@ def _pin_zero_size(torch: Any) -> Any:
 @probe("pin_memory.unpinned.is_pinned", "torch.zeros(4).is_pinned() (pin_memory=False)")
 def _pin_false(torch: Any) -> Any:
     return bool(torch.zeros(4).is_pinned())
+
+
+@probe("pin_memory.method.is_pinned", "torch.zeros(4).pin_memory().is_pinned()")
+def _pin_method(torch: Any) -> Any:
+    return bool(torch.zeros(4).pin_memory().is_pinned())
+
+
+@probe("pin_memory.method_zero_size.is_pinned", "torch.zeros(0).pin_memory().is_pinned()")
+def _pin_method_zero_size(torch: Any) -> Any:
+    return bool(torch.zeros(0).pin_memory().is_pinned())
+
+
+@probe("pin_memory.is_pinned_device_cuda", "torch.zeros(4).is_pinned(device='cuda') (the argument is deprecated)")
+def _is_pinned_cuda(torch: Any) -> Any:
+    return bool(torch.zeros(4).is_pinned(device="cuda"))
+
+
+@probe("pin_memory.is_pinned_device_cpu", "torch.zeros(4).is_pinned(device='cpu') (the argument is deprecated)")
+def _is_pinned_cpu(torch: Any) -> Any:
+    return bool(torch.zeros(4).is_pinned(device="cpu"))
+
+
+# --------------------------------------------------------------------------- accelerator API
+
+
+@probe(
+    "accelerator.current_accelerator",
+    "str(torch.accelerator.current_accelerator()) (null when it returns None)",
+)
+def _current_accelerator(torch: Any) -> Any:
+    return _call_api(torch, "accelerator.current_accelerator", _device_text)
+
+
+@probe("accelerator.device_count", "torch.accelerator.device_count()")
+def _accelerator_device_count(torch: Any) -> Any:
+    return _call_api(torch, "accelerator.device_count", int)
+
+
+@probe("accelerator._C._get_accelerator", "str(torch._C._get_accelerator()) (null when it returns None)")
+def _c_get_accelerator(torch: Any) -> Any:
+    return _call_api(torch, "_C._get_accelerator", _device_text)
 
 
 # --------------------------------------------------------------------------- copies and slices
@@ -510,34 +887,92 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, allow_nan=False))
 
 
-def _run_one(torch: Any, entry: Probe, expected_state: dict[str, bool]) -> dict[str, Any]:
-    result: dict[str, Any] = {"doc": entry.doc}
+def _default_device(torch: Any) -> str:
+    """Where a factory call without device= puts its tensor (on some releases get_default_device()
+    does not see a ``with torch.device(...)`` block, so ask a factory)."""
     try:
-        result["value"] = _jsonable(entry.fn(torch))
-    except Exception as exc:  # noqa: BLE001 - a raising probe is an observation, never a crash
+        return str(torch.empty(0).device)
+    except Exception as exc:  # noqa: BLE001 - a broken default device is still a state
+        return f"raises {type(exc).__name__}"
+
+
+def _global_state(torch: Any) -> dict[str, Any]:
+    """What a probe must leave as it found it."""
+    return {
+        **_mode_state(torch),
+        "default_dtype": str(torch.get_default_dtype()),
+        "default_device": _default_device(torch),
+    }
+
+
+# Guards that switched a leaked inference mode back off. Never released: releasing one
+# would put back the leaked state it replaced.
+_REPAIR_GUARDS: list[Any] = []
+
+
+def _repair_state(torch: Any, expected: dict[str, Any]) -> None:
+    """Put back what a probe leaked, where torch allows it (a leaked default device it does not)."""
+    if bool(torch.is_inference_mode_enabled()) != expected["inference_mode_enabled"]:
+        # Making the RAII guard applies it, on every release from 2.0.1 on.
+        _REPAIR_GUARDS.append(torch._C._InferenceMode(expected["inference_mode_enabled"]))
+    torch.set_grad_enabled(expected["grad_enabled"])
+    if str(torch.get_default_dtype()) != expected["default_dtype"]:
+        torch.set_default_dtype(getattr(torch, expected["default_dtype"].replace("torch.", "", 1)))
+
+
+def _run_one(torch: Any, entry: Probe, expected_state: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {"doc": entry.doc}
+    with _recording_warnings() as caught:
+        try:
+            result["value"] = _jsonable(entry.fn(torch))
+        except Exception as exc:  # noqa: BLE001 - a raising probe is an observation, never a crash
+            result.pop("value", None)
+            result["error"] = describe_exception(exc)
+    if caught:
+        result["warnings"] = describe_warnings(caught)
+    left = _global_state(torch)
+    if left != expected_state:
+        # A probe that leaked state would skew every later probe: say so loudly.
+        _repair_state(torch, expected_state)
         result.pop("value", None)
-        result["error"] = describe_exception(exc)
-    if _mode_state(torch) != expected_state:
-        # A probe that leaked mode state would skew every later probe: say so loudly.
-        torch.set_grad_enabled(expected_state["grad_enabled"])
-        result.pop("value", None)
-        result["error"] = {"type": "LeakedModeState", "message": f"probe left {_mode_state(torch)}"}
+        result["error"] = {"type": "LeakedModeState", "message": f"probe left {left}"}
     return result
 
 
 @contextlib.contextmanager
-def _neutral_mode(torch: Any) -> Iterator[None]:
-    """Grad on, inference mode off: probes see the same start whatever the caller's mode."""
+def _warn_always(torch: Any) -> Iterator[None]:
+    """torch.set_warn_always(True) for the block: torch's warn-once warnings are then raised
+    every time, so a probe records the same warnings in every run of a process."""
+    if not hasattr(torch, "set_warn_always") or not hasattr(torch, "is_warn_always_enabled"):
+        yield
+        return
+    before = bool(torch.is_warn_always_enabled())
+    torch.set_warn_always(True)
+    try:
+        yield
+    finally:
+        torch.set_warn_always(before)
+
+
+@contextlib.contextmanager
+def _neutral_state(torch: Any) -> Iterator[None]:
+    """Grad on, inference mode off, float32 and the CPU by default: probes see the same start
+    whatever the caller's state, and the caller gets its state back after."""
     with contextlib.ExitStack() as stack:
         if torch.is_inference_mode_enabled():
             stack.enter_context(torch.inference_mode(False))
         if not torch.is_grad_enabled():
             stack.enter_context(torch.enable_grad())
+        if torch.get_default_dtype() != torch.float32:
+            stack.enter_context(_default_dtype(torch, torch.float32))
+        if _default_device(torch) != "cpu":
+            stack.enter_context(torch.device("cpu"))
         yield
 
 
 def observe_all() -> dict[str, dict[str, Any]]:
-    """Run every probe in PROBES, in order. Never raises; leaves grad and inference mode as found."""
+    """Run every probe in PROBES, in order. Never raises; leaves grad mode, inference mode,
+    default dtype and default device as found."""
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - no torch is itself the observation
@@ -545,12 +980,12 @@ def observe_all() -> dict[str, dict[str, Any]]:
         return {name: {"doc": entry.doc, "error": dict(error)} for name, entry in PROBES.items()}
 
     observations: dict[str, dict[str, Any]] = {}
-    # Warnings are silenced, not recorded: torch emits some only once per process, which
-    # would make a second run differ from the first (and -W error would turn them into raises).
+    # Warnings outside the probes are silenced (-W error would turn them into raises);
+    # each probe records its own (_run_one).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with _neutral_mode(torch):
-            start = _mode_state(torch)
+        with _neutral_state(torch), _warn_always(torch):
+            start = _global_state(torch)
             for name, entry in list(PROBES.items()):
                 observations[name] = _run_one(torch, entry, start)
     return observations
