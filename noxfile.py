@@ -5,6 +5,7 @@
 
     nox -s conformance                        every cell of the matrix, then a summary table
     nox -t torch-2.15.0                       one release
+    nox -t torch-latest                       a `version: latest` entry (the newest final release, looked up then)
     nox -s conformance -- --impl pkg.mod:Cls  arguments after -- reach pytest
     nox -s installed -- --device all          the torch already installed, nothing installed
     nox -s tests                              the project's own tests
@@ -90,11 +91,13 @@ def _fail_unless_clean(session: nox.Session, result: results.CellResult) -> None
 
 
 def _spec(name: str, release: matrices.Release | None, device: str | None, time_limit_s: float,
-          pytest_args: list[str], results_dir: Path = RESULTS) -> cells.CellSpec:
+          pytest_args: list[str], results_dir: Path = RESULTS, cell: matrices.Cell | None = None) -> cells.CellSpec:
+    """A cell's run; where torch comes from is the cell's (its entry's index or folder), else the matrix's."""
     return cells.CellSpec(
         name=name, release=release, device=device, hypothesis_profile=MATRIX.hypothesis_profile,
         time_limit_s=time_limit_s, results_dir=results_dir.resolve(), project_dir=ROOT,
-        index_url=MATRIX.index_url, pytest_args=tuple(pytest_args),
+        index_url=cell.index_url if cell else MATRIX.index_url, pytest_args=tuple(pytest_args),
+        find_links=cell.find_links if cell else MATRIX.find_links, offline=MATRIX.offline,
     )
 
 
@@ -109,7 +112,7 @@ def conformance(session: nox.Session, torch: str, device: str) -> None:
     cell = MATRIX.cell(torch, device)
     _cells_run.append(cell.name)
     session.notify("summary")  # runs after every cell, whatever they did
-    spec = _spec(cell.name, cell.release, device, cell.time_limit_s, session.posargs)
+    spec = _spec(cell.name, cell.release, device, cell.time_limit_s, session.posargs, cell=cell)
     env_dir = Path(session.virtualenv.location)
     _fail_unless_clean(session, _run_cell(session, lambda: cells.install_and_run(spec, cells.env_python(env_dir), env_dir=env_dir)))
 
@@ -169,8 +172,8 @@ def report(session: nox.Session) -> None:
 
 
 def _result_file(release_or_path: str, device: str) -> str:
-    """A release number names the cell's result file; anything else is taken as a path."""
-    if release_or_path.count(".") == 2 and not release_or_path.endswith(".json"):
+    """A release (2.15.0, 2.16.0rc1, latest) names the cell's result file; anything else is taken as a path."""
+    if matrices.is_torch_version(release_or_path) and not release_or_path.endswith(".json"):
         return str(RESULTS / f"{matrices.cell_name(release_or_path, device)}.json")
     return release_or_path
 

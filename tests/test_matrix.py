@@ -192,7 +192,7 @@ def test_bad_matrix_is_refused_naming_file_and_key(tmp_path: Path, capsys: pytes
 def test_every_problem_gets_its_own_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = refusal(tmp_path, BASE + 'torch: [{version: "2.x", numpi: 1}, {version: "2.14.1"}]\nhypothesis_profile: 7\n', capsys)
     assert sorted(lines) == sorted([
-        ": torch[0].numpi: unknown key (expected one of: version, numpy, extra_packages, build, time_limit_s)",
+        ": torch[0].numpi: unknown key (expected one of: version, numpy, extra_packages, build, time_limit_s, index_url, find_links)",
         ": torch[0].version: '2.x' is not a version like 2.13.0",
         ": hypothesis_profile: 7 is not one of default, ci, thorough",
     ])

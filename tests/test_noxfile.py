@@ -88,6 +88,23 @@ def test_session_names_match_the_matrix_command_line(tmp_path: Path) -> None:
     ]
 
 
+def test_pre_release_nightly_and_latest_entries_are_sessions_with_their_own_tags(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, textwrap.dedent("""\
+        torch:
+          - {version: "98.0.0"}
+          - {version: "99.0.0"}
+          - {version: "99.1.0rc1"}
+          - {version: "99.1.0.dev20261201", index_url: "https://download.pytorch.org/whl/nightly/cpu"}
+          - {version: latest}
+        """))
+    sessions = listing("-s", "conformance", matrix=matrix)
+    assert [(s["call_spec"]["torch"], s["tags"][0]) for s in sessions] == [
+        ("98.0.0", "torch-98.0.0"), ("99.0.0", "torch-99.0.0"), ("99.1.0rc1", "torch-99.1.0rc1"),
+        ("99.1.0.dev20261201", "torch-99.1.0.dev20261201"), ("latest", "torch-latest")]
+    [only] = listing("-t", "torch-latest", matrix=matrix)
+    assert only["session"] == "conformance(torch='latest', device='cpu')"
+
+
 def test_other_sessions_exist_and_only_lint_and_tests_run_by_default() -> None:
     assert [s["session"] for s in listing()] == ["tests", "lint"]
     every = {s["session"] for s in listing("-s", "tests", "lint", "report", "gate", "bisect", "installed", "summary")}
@@ -168,7 +185,7 @@ def _cell_result(out: Path, release: str, verdict: str) -> None:
 
 
 def test_gate_maps_release_numbers_to_result_files_and_defaults_to_the_matrix(tmp_path: Path) -> None:
-    matrix = write_matrix(tmp_path, 'torch: [{version: "97.0.0"}, {version: "98.0.0"}, {version: "99.0.0"}]\n')
+    matrix = write_matrix(tmp_path, 'torch: [{version: "97.0.0"}, {version: "98.0.0"}, {version: "99.0.0"}, {version: latest}]\n')
     out = tmp_path / "results"
     _cell_result(out, "97.0.0", "passed")
     _cell_result(out, "98.0.0", "passed")
@@ -181,6 +198,11 @@ def test_gate_maps_release_numbers_to_result_files_and_defaults_to_the_matrix(tm
     assert fine.returncode == 0, fine.stdout + fine.stderr
     missing = nox("-s", "gate", "--envdir", envdir, "--", "--candidate", str(out / "nope.json"), matrix=matrix, results_dir=out)
     assert missing.returncode == 1 and "nope.json (nothing to compare)" in missing.stderr
+    results.CellResult(rf.completed("99.0.0", cell="torch-latest-cpu")).write(out / "torch-latest-cpu.json")  # latest was 99.0.0
+    latest = nox("-s", "gate", "--envdir", envdir, "--", "--baseline", "98.0.0", "--candidate", "latest", matrix=matrix,
+                 results_dir=out)
+    assert latest.returncode == 0, latest.stdout + latest.stderr
+    assert f"--candidate {out / 'torch-latest-cpu.json'}" in latest.stderr, "latest names the latest cell's result file"
 
 
 def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tmp_path: Path) -> None:

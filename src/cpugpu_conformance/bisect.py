@@ -20,127 +20,18 @@ answer is that range, with the untestable releases named.
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Callable
 
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
-
-PACKAGE = "torch"
-DEFAULT_INDEX_URL = "https://pypi.org/simple"
-# PEP 691: ask for the JSON form of the Simple API; an index that only speaks
-# PEP 503 HTML (download.pytorch.org does) answers with HTML, which we also read.
-_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-_TIMEOUT_S = 30
-
-# fetch(url, accept_header) -> (content_type, body)
-Fetch = Callable[[str, str], "tuple[str, bytes]"]
-
-
-class BisectError(Exception):
-    """Bad input or an index that cannot be read: one line, meant for the user."""
-
+from cpugpu_conformance.index import ReleaseListingError as BisectError  # the listing's errors are bisect's too
+from cpugpu_conformance.index import available_releases, parse_project_page  # noqa: F401  (re-exported)
 
 # --------------------------------------------------------------------------- releases
-
-
-def _http_fetch(url: str, accept: str) -> tuple[str, bytes]:
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cpugpu-conformance-bisect"})
-    with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
-        return response.headers.get("Content-Type", ""), response.read()
-
-
-class _AnchorParser(HTMLParser):
-    """Collects (filename, yanked) from the anchors of a PEP 503 project page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.files: list[tuple[str, bool]] = []
-        self._yanked = False
-        self._text: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._yanked = any(name == "data-yanked" for name, _ in attrs)
-            self._text = []
-
-    def handle_data(self, data: str) -> None:
-        if self._text is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._text is not None:
-            self.files.append(("".join(self._text).strip(), self._yanked))
-            self._text = None
-
-
-def _version_of(filename: str) -> Version | None:
-    try:
-        if filename.endswith(".whl"):
-            return parse_wheel_filename(filename)[1]
-        return parse_sdist_filename(filename)[1]
-    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        return None  # not a distribution file (or a legacy name): not a release we can install
-
-
-def parse_project_page(content_type: str, body: bytes, source: str = "index") -> list[str]:
-    """Final releases of a Simple API project page (PEP 691 JSON or PEP 503 HTML), oldest first.
-
-    A release counts when at least one of its files is not yanked. Pre-releases and dev
-    releases are dropped; post releases are kept (they are final releases, rebuilt).
-    Local version labels (``2.5.1+cpu`` on the PyTorch index) collapse to the public
-    version, which is what a cell asks the installer for.
-    """
-    text = body.decode("utf-8", errors="replace")
-    files: list[tuple[str, bool]]
-    if "json" in content_type.lower():
-        try:
-            page = json.loads(text)
-            files = [(f["filename"], bool(f.get("yanked"))) for f in page["files"]]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise BisectError(f"{source}: not a Simple API JSON project page ({type(exc).__name__}: {exc})") from None
-    else:
-        parser = _AnchorParser()
-        parser.feed(text)
-        files = parser.files
-    releases: dict[Version, str] = {}
-    for filename, yanked in files:
-        version = _version_of(filename)
-        if version is None or yanked or version.is_prerelease:
-            continue
-        public = Version(version.public)
-        releases.setdefault(public, str(public))
-    return [releases[v] for v in sorted(releases)]
-
-
-def available_releases(index_url: str | None = None, fetch: Fetch | None = None) -> list[str]:
-    """Final torch releases on the package index (the ordinary one by default), oldest first."""
-    base = (index_url or DEFAULT_INDEX_URL).rstrip("/")
-    url = f"{base}/{PACKAGE}/"
-    try:
-        content_type, body = (fetch or _http_fetch)(url, _ACCEPT)
-    except urllib.error.HTTPError as exc:
-        raise BisectError(f"cannot list torch releases: {url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BisectError(f"cannot list torch releases: {url} is unreachable ({reason})") from None
-    found = parse_project_page(content_type, body, source=url)
-    if not found:
-        raise BisectError(f"cannot list torch releases: {url} lists no final torch release")
-    return found
 
 
 def _as_version(text: str, what: str) -> Version:

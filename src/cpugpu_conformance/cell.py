@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -37,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
+from cpugpu_conformance.index import ReleaseListingError, newest_final_release
 from cpugpu_conformance.matrix import Release, release_key
 
 LOG_TAIL_LINES = 40
+INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail
+HEARTBEAT_S = 10.0  # a quiet installer (a 3 GB download) still gets a line this often
 KILL_GRACE_S = 5.0
 # pytest: 0 all passed, 1 some failed. Anything else means the suite did not finish its job.
 PYTEST_FINISHED = (0, 1)
@@ -124,7 +128,8 @@ class Install:
         return f"{' '.join(self.command)} failed:\n{tail}"
 
 
-def install_command(python: Path, release: Release, *, index_url: str | None, requirements_file: Path | None) -> list[str]:
+def install_command(python: Path, release: Release, *, index_url: str | None, requirements_file: Path | None,
+                    find_links: str | None = None, offline: bool = False) -> list[str]:
     """One resolver run for torch, its NumPy, the extras and (from a requirements file) the project.
 
     The project does not depend on torch or numpy, so adding it cannot move them. uv
@@ -132,7 +137,13 @@ def install_command(python: Path, release: Release, *, index_url: str | None, re
     requirements file only when its pyproject.toml changed: 0.1 s instead of 0.8 s for
     an environment that is already complete. The index is an *extra* one: uv tries it
     first (torch comes from it when it has it) and falls back to the ordinary index.
+    A find-links folder is searched too; offline, nothing but it and uv's cache is.
+    A pre-release torch comes with ``--prerelease explicit``: allowed for torch, pinned to
+    one, whatever UV_PRERELEASE says, while NumPy and the rest stay on final releases
+    (``allow`` would take a NumPy release candidate too).
     """
+    if release.is_latest:
+        raise ValueError("torch latest must be resolved to a release before it is installed (resolve_latest)")
     uv = find_uv()
     cmd = [uv, "pip", "install", "--python", str(python)] if uv else [str(python), "-m", "pip", "install"]
     cmd += release.requirements()
@@ -140,28 +151,135 @@ def install_command(python: Path, release: Release, *, index_url: str | None, re
         cmd += ["-r", str(requirements_file)]
     if index_url:
         cmd += ["--extra-index-url", index_url]
+    if find_links:
+        cmd += ["--find-links", find_links]
+    if offline:
+        cmd += ["--offline"] if uv else ["--no-index"]
+    if release.is_prerelease:
+        cmd += ["--prerelease", "explicit"] if uv else ["--pre"]
     return cmd
 
 
-def install(python: Path, release: Release, *, index_url: str | None = None, project: Path | None = None,
-            log_path: Path | None = None) -> Install:
+def install(python: Path, release: Release, *, index_url: str | None = None, find_links: str | None = None,
+            offline: bool = False, project: Path | None = None, log_path: Path | None = None,
+            heartbeat_s: float = HEARTBEAT_S) -> Install:
     """Install a release (and the project, editable) into the environment of ``python``; never raises."""
     with tempfile.TemporaryDirectory(prefix="cell-install-") as tmp:
         requirements_file = None
         if project:
             requirements_file = Path(tmp) / "project.txt"
             requirements_file.write_text(f"-e {Path(project).resolve()}\n", encoding="utf-8")
-        cmd = install_command(python, release, index_url=index_url, requirements_file=requirements_file)
-        print(f"cell: {' '.join(cmd)}", flush=True)
-        started = time.monotonic()
-        proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    outcome = Install(proc.returncode == 0, cmd, proc.stdout, time.monotonic() - started)
-    sys.stdout.write(proc.stdout)
-    sys.stdout.flush()
-    if log_path:
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"$ {' '.join(cmd)}\n{proc.stdout}")
-    return outcome
+        cmd = install_command(python, release, index_url=index_url, requirements_file=requirements_file,
+                              find_links=find_links, offline=offline)
+        return run_installer(cmd, log_path=log_path, heartbeat_s=heartbeat_s)
+
+
+# uv's lines without a terminal (no progress bars): "Downloading torch (846.9MiB)", " Downloaded torch".
+_DOWNLOADING = re.compile(r"^\s*Downloading (\S+) \(([^)]*)\)\s*$")
+_DOWNLOADED = re.compile(r"^\s*Downloaded (\S+)\s*$")
+
+
+@dataclass
+class _InstallProgress:
+    """What the installer has said so far: its last lines, and the downloads it has not finished."""
+
+    started: float = field(default_factory=time.monotonic)
+    kept: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=INSTALL_KEPT_LINES))
+    downloading: dict[str, str] = field(default_factory=dict)  # package -> size
+
+    def add(self, line: str) -> None:
+        self.kept.append(line)
+        if found := _DOWNLOADING.match(line):
+            self.downloading[found[1]] = found[2]
+        elif found := _DOWNLOADED.match(line):
+            self.downloading.pop(found[1], None)
+
+    def heartbeat(self, log_path: Path | None) -> str:
+        parts = [f"{time.monotonic() - self.started:.0f} s"]
+        if self.downloading:
+            parts.append("downloading " + ", ".join(f"{name} ({size})" for name, size in self.downloading.items()))
+        if log_path:
+            parts.append(f"log: {log_path}")
+        return f"cell: still installing ({'; '.join(parts)})"
+
+
+def run_installer(cmd: Sequence[str], *, log_path: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
+                  env: dict[str, str] | None = None) -> Install:
+    """Run the installer, passing each line of its output to stdout and the log as it comes.
+
+    While it is quiet (a download of gigabytes prints nothing for a minute) a heartbeat
+    line says so every ``heartbeat_s`` on stdout; heartbeats stay out of the log and the
+    kept tail. Never raises for the installer's failure; an exception here (an interrupt)
+    stops the installer first.
+    """
+    cmd = [str(c) for c in cmd]
+    print(f"cell: {' '.join(cmd)}", flush=True)
+    progress = _InstallProgress()
+    with open(log_path, "a", encoding="utf-8") if log_path else contextlib.nullcontext() as log:
+        if log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    env=env, start_new_session=True)  # its own group: stopped whole on an interrupt
+        except OSError as exc:
+            line = f"cannot start the installer: {exc}"
+            if log:
+                log.write(line + "\n")
+            return Install(False, cmd, line, time.monotonic() - progress.started)
+        lines: queue.Queue[str | None] = queue.Queue()
+        reader = threading.Thread(target=_read_lines, args=(proc, lines), daemon=True)
+        reader.start()
+        try:
+            _pass_lines(lines, progress, log, log_path, heartbeat_s)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)  # type: ignore[arg-type]
+            reader.join(timeout=KILL_GRACE_S)
+    output = "\n".join(progress.kept)
+    return Install(proc.returncode == 0, cmd, output, time.monotonic() - progress.started)
+
+
+def _read_lines(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)  # the installer closed its output
+
+
+def _pass_lines(lines: queue.Queue[str | None], progress: _InstallProgress, log: Any, log_path: Path | None,
+                heartbeat_s: float) -> None:
+    """Echo and log each line until the output ends; a heartbeat whenever heartbeat_s passes without one."""
+    quiet_since = time.monotonic()
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, quiet_since + heartbeat_s - time.monotonic()))
+        except queue.Empty:
+            print(progress.heartbeat(log_path), flush=True)
+            quiet_since = time.monotonic()
+            continue
+        if line is None:
+            return
+        progress.add(line)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        if log:
+            log.write(line + "\n")
+            log.flush()
+        quiet_since = time.monotonic()
+
+
+def resolve_latest(spec: CellSpec) -> CellSpec:
+    """The spec with a ``latest`` entry pinned to the newest final release where the cell takes
+    torch from (its find_links folder and, unless offline, its index); other specs as they are.
+    Raises ReleaseListingError (one line) when nothing can be listed."""
+    release = spec.release
+    if release is None or not release.is_latest:
+        return spec
+    folders = [spec.find_links] if spec.find_links else []
+    version = newest_final_release(spec.index_url, folders, offline=spec.offline)
+    return replace(spec, release=release.resolved(version))
 
 
 # ---------------------------------------------------------------------------- which torch
@@ -401,6 +519,8 @@ class CellSpec:
     project_dir: Path
     index_url: str | None = None
     pytest_args: tuple[str, ...] = ()
+    find_links: str | None = None  # a folder of wheels the installer searches too
+    offline: bool = False  # the installer uses no network
 
     @property
     def result_path(self) -> Path:
@@ -427,6 +547,12 @@ class CellSpec:
         if self.release:
             asked.update(torch=self.release.version, numpy=self.release.numpy, build=self.release.build,
                          requirements=self.release.requirements(), index_url=self.index_url)
+            if self.release.asked:  # latest: what was asked, beside the release it resolved to (torch)
+                asked.update(torch_asked=self.release.asked)
+            if self.find_links:
+                asked.update(find_links=self.find_links)
+            if self.offline:
+                asked.update(offline=True)
         return asked
 
 
@@ -503,10 +629,34 @@ def install_and_run(spec: CellSpec, python: Path, env_dir: Path | None = None) -
     then check the torch and run the suite (see run_cell)."""
     assert spec.release is not None
     with claimed(spec) as run:
-        done = install(python, spec.release, index_url=spec.index_url, project=spec.project_dir, log_path=spec.log_path)
+        try:
+            run.spec = resolve_latest(spec)
+        except ReleaseListingError as exc:
+            return run.fault("not_installed", f"cannot resolve torch latest: {exc}")
+        release = run.spec.release
+        assert release is not None
+        if release.asked:
+            _note(spec.log_path, f"cell: torch {release.asked} is {release.version}, the newest final release "
+                                 f"{_where_from(run.spec)}")
+        done = install(python, release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
+                       project=spec.project_dir, log_path=spec.log_path)
         if not done.ok:
             return run.fault("not_installed", done.error())
         return _check_and_test(run, python, env_dir)
+
+
+def _where_from(spec: CellSpec) -> str:
+    places = [f"in {spec.find_links}"] if spec.find_links else []
+    if not spec.offline:
+        places.append(f"on {spec.index_url or 'PyPI'}")
+    return " and ".join(places)
+
+
+def _note(log_path: Path, line: str) -> None:
+    """A line of the runner's own, on stdout and in the cell's log."""
+    print(line, flush=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
 
 
 def run_cell(spec: CellSpec, python: Path | str, *, env_dir: Path | None = None) -> results.CellResult:
@@ -602,7 +752,7 @@ def _row(name: str, path: Path) -> Row:
 
 
 def _row_without_result(name: str, path: Path, error: results.ResultFileError) -> Row:
-    named = re.fullmatch(r"(?:installed-)?torch-([0-9.]+)-(\w+)", name)  # what the cell would have been
+    named = re.fullmatch(r"(?:installed-)?torch-(.+)-(\w+)", name)  # what the cell would have been
     torch, device = named.groups() if named else ("?", "?")
     missing = not path.exists() and not path.is_symlink()
     return Row(name, torch, device, "no_result" if missing else "unreadable", {}, None, False, str(error))

@@ -5,6 +5,12 @@
 prints the cells (or exits 2 with one line per problem, each naming the file and the key,
 e.g. ``matrix.yaml: torch[3].version: '2.x' is not a version like 2.13.0``).
 The noxfile and the CI workflow read the matrix only through ``load``.
+
+A torch entry's version is a final release (2.13.0), a pre-release or nightly
+(2.16.0rc1, 2.16.0.dev20261201; installed with pre-releases allowed for torch), or the
+word ``latest``: the newest final release on the entry's index (or find_links folder),
+looked up when the cell runs. Its cell is ``torch-latest-<device>``; the result file's
+``requested`` says ``torch_asked: latest`` and ``torch: <the release it resolved to>``.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +29,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance.promises import DEVICES
 
@@ -30,10 +37,17 @@ DEFAULT_PATH = Path("matrix.yaml")
 EXIT_INVALID = 2
 HYPOTHESIS_PROFILES = ("default", "ci", "thorough")
 DEFAULT_TIME_LIMIT_S = 600.0
-RELEASE_RE = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+LATEST = "latest"  # a torch entry resolved, when its cell runs, to the newest final release
 
 # "x-expect" is ours: what a value should look like, for errors a person can act on.
-_release = {"type": "string", "pattern": RELEASE_RE, "x-expect": "a version like 2.13.0"}
+# The torch-version format (below) accepts 2.13.0, 2.16.0rc1, 2.16.0.dev20261201 and latest.
+_release = {"type": "string", "format": "torch-version", "x-expect": "a version like 2.13.0"}
+_index_url = {
+    "type": ["string", "null"],
+    "pattern": r"^(https?|file)://\S+$",
+    "x-expect": "an http(s):// or file:// URL",
+}
+_find_links = {"type": "string", "minLength": 1, "x-expect": "a folder of wheels (relative to the matrix file)"}
 _seconds = {"type": "number", "exclusiveMinimum": 0, "x-expect": "a number of seconds above 0"}
 _device = {
     "type": "object",
@@ -59,6 +73,8 @@ _torch_entry = {
         "extra_packages": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "build": {"type": "string", "pattern": r"^[A-Za-z0-9.]+$", "x-expect": "a local version label like cu121 or cpu"},
         "time_limit_s": _seconds,
+        "index_url": _index_url,
+        "find_links": _find_links,
     },
 }
 SCHEMA: dict[str, Any] = {
@@ -76,16 +92,30 @@ SCHEMA: dict[str, Any] = {
         },
         "hypothesis_profile": {"enum": list(HYPOTHESIS_PROFILES)},
         "time_limit_s": _seconds,
-        "index_url": {
-            "type": ["string", "null"],
-            "pattern": r"^(https?|file)://\S+$",
-            "x-expect": "an http(s):// or file:// URL",
-        },
+        "index_url": _index_url,
+        "find_links": _find_links,
+        "offline": {"type": "boolean"},
         "baseline": _release,
         "candidates": {"type": "array", "items": _release, "minItems": 1},
         "torch": {"type": "array", "items": _torch_entry, "minItems": 1},
     },
 }
+
+
+_FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@_FORMATS.checks("torch-version")
+def is_torch_version(value: object) -> bool:
+    """latest, or X.Y.Z with an optional pre-, post- or dev-release part; no epoch, no +local
+    (the build key says which local build). Canonical spelling is checked separately."""
+    if not isinstance(value, str) or value == LATEST:
+        return True  # a non-string is the type check's to refuse
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        return False
+    return len(version.release) == 3 and not version.epoch and version.local is None
 
 
 class MatrixError(Exception):
@@ -103,14 +133,31 @@ class Release:
     extra_packages: tuple[str, ...] = ()
     build: str | None = None
     time_limit_s: float | None = None
+    index_url: str | None = None  # this entry's own index, in place of the project-wide one
+    find_links: str | None = None  # this entry's own folder of wheels (absolute), in place of the project-wide one
+    asked: str | None = None  # what matrix.yaml asked for, when the version was resolved from it (latest)
 
     @property
     def key(self) -> tuple[int, ...]:
         return release_key(self.version)
 
+    @property
+    def is_latest(self) -> bool:
+        return self.version == LATEST
+
+    @property
+    def is_prerelease(self) -> bool:
+        """A pre-release or nightly, which the installer takes only when told to."""
+        return not self.is_latest and Version(self.version).is_prerelease
+
     def requirements(self) -> list[str]:
-        """What to install for this release, torch first."""
-        return [f"torch=={self.version}", f"numpy{self.numpy or ''}", *self.extra_packages]
+        """What to install for this release, torch first (unpinned for a latest entry not yet resolved)."""
+        torch = "torch" if self.is_latest else f"torch=={self.version}"
+        return [torch, f"numpy{self.numpy or ''}", *self.extra_packages]
+
+    def resolved(self, version: str) -> Release:
+        """This entry, pinned to the release its ``latest`` resolved to."""
+        return replace(self, version=version, asked=self.version)
 
 
 @dataclass(frozen=True)
@@ -124,6 +171,9 @@ class Cell:
     release: Release
     device: Device
     time_limit_s: float
+    index_url: str | None = None  # where torch comes from: the entry's, else the project-wide one
+    find_links: str | None = None
+    offline: bool = False
 
     @property
     def torch(self) -> str:
@@ -155,11 +205,15 @@ class Matrix:
     baseline: str
     candidates: tuple[str, ...]
     releases: tuple[Release, ...]
+    find_links: str | None = None  # absolute
+    offline: bool = False  # install with no network: torch from find_links folders and uv's cache
 
     @property
     def cells(self) -> list[Cell]:
         return [
-            Cell(release, device, release.time_limit_s or self.time_limit_s)
+            Cell(release, device, release.time_limit_s or self.time_limit_s,
+                 index_url=release.index_url or self.index_url, find_links=release.find_links or self.find_links,
+                 offline=self.offline)
             for release in self.releases
             for device in self.devices
         ]
@@ -173,7 +227,7 @@ class Matrix:
     def release(self, version: str) -> Release:
         """The matrix entry for a release, or the default pairing for one not listed (bisect)."""
         for release in self.releases:
-            if release.key == release_key(version):
+            if same_version(release.version, version):
                 return release
         return default_release(version)
 
@@ -184,6 +238,8 @@ class Matrix:
             "hypothesis_profile": self.hypothesis_profile,
             "time_limit_s": self.time_limit_s,
             "index_url": self.index_url,
+            "find_links": self.find_links,
+            "offline": self.offline,
             "baseline": self.baseline,
             "candidates": list(self.candidates),
             "devices": {d.name: {"runner": d.runner} for d in self.devices},
@@ -199,10 +255,16 @@ class Matrix:
                     "build": c.release.build,
                     "time_limit_s": c.time_limit_s,
                     "result": f"results/{c.name}.json",
+                    **self._own_source(c),
                 }
                 for c in self.cells
             ],
         }
+
+    def _own_source(self, cell: Cell) -> dict[str, str | None]:
+        """The index and folder of a cell whose entry sets its own (the others use the top-level ones)."""
+        own = {"index_url": cell.index_url, "find_links": cell.find_links}
+        return {k: v for k, v in own.items() if v != getattr(self, k)}
 
 
 def cell_name(torch: str, device: str) -> str:
@@ -210,7 +272,20 @@ def cell_name(torch: str, device: str) -> str:
 
 
 def release_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+    """The release numbers (2, 16, 0 for 2.16.0rc1); latest sorts after every release."""
+    if version == LATEST:
+        return (sys.maxsize,)
+    return Version(version).release
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal as versions (2.13 and 2.13.0), or the same word."""
+    if a == b:
+        return True
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return False
 
 
 def default_release(version: str) -> Release:
@@ -264,11 +339,11 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
     if not isinstance(data, dict):
         raise MatrixError([f"{path}: expected a mapping of keys ({', '.join(SCHEMA['properties'])}), got {_kind(data)}"])
 
-    errors = jsonschema.Draft202012Validator(SCHEMA).iter_errors(data)
+    errors = jsonschema.Draft202012Validator(SCHEMA, format_checker=_FORMATS).iter_errors(data)
     problems = [f"{path}: {line}" for err in errors for line in _describe(err)]
     if problems:
         raise MatrixError(list(dict.fromkeys(problems)))
-    problems = [f"{path}: {line}" for line in _semantic_problems(data)]
+    problems = [f"{path}: {line}" for line in _semantic_problems(data) + _source_problems(path, data)]
     if problems:
         raise MatrixError(problems)
     return _build(path, data)
@@ -278,9 +353,9 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     """What the schema cannot say: canonical versions, finite limits, duplicates, specifiers,
     and references to listed releases."""
     problems = _noncanonical_versions(data) + _unbounded_time_limits(data)
-    listed: dict[tuple[int, ...], int] = {}
+    listed: dict[Version | str, int] = {}
     for i, entry in enumerate(data["torch"]):
-        key = release_key(entry["version"])
+        key = _version_key(entry["version"])
         if key in listed:
             problems.append(f"torch[{i}].version: duplicate cell: {entry['version']!r} is already torch[{listed[key]}]")
         listed.setdefault(key, i)
@@ -298,7 +373,7 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
             if name in (None, "torch", "numpy"):
                 problems.append(f"torch[{i}].extra_packages[{j}]: {pkg!r} is not an extra requirement (torch and numpy have their own keys)")
     for key, value in [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]:
-        if release_key(value) not in listed:
+        if _version_key(value) not in listed:
             problems.append(f"{key}: {value!r} is not one of the torch releases listed")
     seen: dict[str, int] = {}
     for i, value in enumerate(data["candidates"]):
@@ -310,13 +385,44 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _version_key(version: str) -> Version | str:
+    """What makes two entries the same cell: equal versions (2.16.0rc1 is not 2.16.0), or latest."""
+    return version if version == LATEST else Version(version)
+
+
 def _noncanonical_versions(data: dict[str, Any]) -> list[str]:
     """A version is written as packaging normalizes it: "02.13.0" would name a cell, a session
     and a pin that differ from the torch that gets installed (2.13.0), and end as wrong_torch."""
     named = [(f"torch[{i}].version", e["version"]) for i, e in enumerate(data["torch"])]
     named += [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]
-    return [f"{key}: {value!r} is not written canonically (no leading zeros): write {str(Version(value))!r}"
-            for key, value in named if str(Version(value)) != value]
+    problems = []
+    for key, value in named:
+        canonical = value if value == LATEST else str(Version(value))
+        if canonical != value:
+            why = "no leading zeros" if re.sub(r"(?<![0-9])0+(?=[0-9])", "", value) == canonical else "as PEP 440 spells it"
+            problems.append(f"{key}: {value!r} is not written canonically ({why}): write {canonical!r}")
+    return problems
+
+
+def _source_problems(path: Path, data: dict[str, Any]) -> list[str]:
+    """find_links folders that are not there, and a latest entry that, offline, has nowhere to look."""
+    problems = []
+    folders = [("find_links", data.get("find_links"))]
+    folders += [(f"torch[{i}].find_links", e.get("find_links")) for i, e in enumerate(data["torch"])]
+    for key, folder in folders:
+        if folder is not None and not _folder(path, folder).is_dir():
+            problems.append(f"{key}: {folder!r} is not a folder (looked for {_folder(path, folder)})")
+    if data.get("offline"):
+        for i, entry in enumerate(data["torch"]):
+            if entry["version"] == LATEST and not (entry.get("find_links") or data.get("find_links")):
+                problems.append(f"torch[{i}].version: latest with offline: true needs find_links "
+                                "(a folder of wheels to find the newest release in)")
+    return problems
+
+
+def _folder(matrix_path: Path, folder: str) -> Path:
+    """A find_links folder, relative to the matrix file's own folder."""
+    return (matrix_path.parent / folder).resolve()
 
 
 def _unbounded_time_limits(data: dict[str, Any]) -> list[str]:
@@ -339,6 +445,8 @@ def _build(path: Path, data: dict[str, Any]) -> Matrix:
         hypothesis_profile=data.get("hypothesis_profile", "ci"),
         time_limit_s=float(data.get("time_limit_s", DEFAULT_TIME_LIMIT_S)),
         index_url=data.get("index_url"),
+        find_links=str(_folder(path, data["find_links"])) if data.get("find_links") else None,
+        offline=bool(data.get("offline", False)),
         baseline=data["baseline"],
         candidates=tuple(data["candidates"]),
         releases=tuple(
@@ -348,6 +456,8 @@ def _build(path: Path, data: dict[str, Any]) -> Matrix:
                 extra_packages=tuple(e.get("extra_packages", ())),
                 build=e.get("build"),
                 time_limit_s=float(e["time_limit_s"]) if "time_limit_s" in e else None,
+                index_url=e.get("index_url"),
+                find_links=str(_folder(path, e["find_links"])) if e.get("find_links") else None,
             )
             for e in data["torch"]
         ),
@@ -396,7 +506,7 @@ def _describe(err: jsonschema.ValidationError) -> list[str]:
     if err.validator == "type":
         wanted = " or ".join(_JSON_TYPES[t] for t in ([err.validator_value] if isinstance(err.validator_value, str) else err.validator_value))
         hint = ""
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and "pattern" in schema:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and ("pattern" in schema or "format" in schema):
             hint = '; quote it ("2.10.0" unquoted reads as a number)'
         return [f"{where}: expected {wanted}, got {value!r} ({_kind(value)}){hint}"]
     if err.validator == "enum":
