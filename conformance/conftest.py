@@ -13,6 +13,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from conformance import recording, repro
+from conformance.contexts import contexts_for
 from conformance.plan import DevicePlan, cuda_missing_reason, plan_devices, select_promises
 from conformance.recording import IMPL, PLAN, PROMISE_FILTER, RECORD, WARNINGS
 from cpugpu_conformance import impl as impl_loader
@@ -121,11 +122,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "device" not in metafunc.fixturenames:
         return
     plan = metafunc.config.stash[PLAN]
-    params = [
-        pytest.param(d, id=d, marks=pytest.mark.skip(reason=plan.skipped[d])) if d in plan.skipped else pytest.param(d, id=d)
-        for d in plan.parametrized
-    ]
-    metafunc.parametrize("device", params)
+
+    def param(device: str, *values: object, id: str) -> object:
+        marks = pytest.mark.skip(reason=plan.skipped[device]) if device in plan.skipped else ()
+        return pytest.param(device, *values, id=id, marks=marks)
+
+    if "context" in metafunc.fixturenames:
+        # Every creation context of each device, as its own test: each run includes them all.
+        pairs = [param(d, c, id=f"{d}-{c.name}") for d in plan.parametrized for c in contexts_for(d)]
+        metafunc.parametrize("device,context", pairs)
+        return
+    metafunc.parametrize("device", [param(d, id=d) for d in plan.parametrized])
 
 
 def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:

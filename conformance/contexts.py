@@ -1,9 +1,14 @@
-"""The contexts a buffer can be constructed in (promise 3), as source code.
+"""The contexts a buffer can be constructed in (promises 1, 3 and 12), as source code.
 
 The suite executes exactly this source, and pastes it into reproducers, so what a
 failure report shows is what ran. Each context makes fresh ``torch.inference_mode()``
 objects: reusing one for nested ``with`` blocks leaves inference mode on for the rest
 of the thread.
+
+Besides the grad and inference modes, engines build buffers where a model's init runs:
+under a default device (``with torch.device(...)``, ``torch.set_default_device``) or a
+default dtype. The explicit arguments must win there (promise 1). Contexts that set a
+default restore it in ``finally``, so a failing buffer cannot poison later tests.
 """
 
 from __future__ import annotations
@@ -58,4 +63,30 @@ CONTEXTS: tuple[Context, ...] = (
     ),
 )
 
+# Ambient defaults a model's init sets; "meta" works on any machine.
+AMBIENT: tuple[Context, ...] = (
+    Context("default_device_meta", 'with torch.device("meta"):\n    buf = {make}\n'),
+    Context(
+        "set_default_device_meta",
+        'torch.set_default_device("meta")\ntry:\n    buf = {make}\nfinally:\n    torch.set_default_device(None)\n',
+    ),
+    Context(
+        "set_default_dtype_float16",
+        "previous_dtype = torch.get_default_dtype()\ntorch.set_default_dtype(torch.float16)\n"
+        "try:\n    buf = {make}\nfinally:\n    torch.set_default_dtype(previous_dtype)\n",
+    ),
+)
+
+# Only where a CUDA device is tested: the current device, a default CUDA device, a side stream.
+CUDA_ONLY: tuple[Context, ...] = (
+    Context("default_device_cuda", 'with torch.device("cuda"):\n    buf = {make}\n'),
+    Context("cuda_device_last", "with torch.cuda.device(torch.cuda.device_count() - 1):\n    buf = {make}\n"),
+    Context("cuda_side_stream", "with torch.cuda.stream(torch.cuda.Stream()):\n    buf = {make}\n"),
+)
+
 PLAIN = CONTEXTS[0]
+
+
+def contexts_for(device: str) -> tuple[Context, ...]:
+    """Every context a buffer for `device` is built in."""
+    return CONTEXTS + AMBIENT + (CUDA_ONLY if device == "cuda" else ())

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+# Above every engine size the suite draws (strategies.ENGINE_SIZES), in elements.
+LARGE = (1 << 20) + 8
+
 
 @dataclass(frozen=True)
 class DtypeInfo:
@@ -22,6 +25,7 @@ class DtypeInfo:
     copyable: bool  # copy_ into another tensor of the dtype works
     fillable: bool  # fill_ / index assignment work
     zeros_empty: bool  # torch.zeros can make a zero-size tensor (it cannot for bits and sub-byte kinds)
+    zeros_large: bool  # torch.zeros can make an engine-scale tensor (bits kinds fall back to an unimplemented fill)
 
     def __repr__(self) -> str:  # hypothesis prints draws: "torch.float32" reads better than the fields
         return str(self.dtype)
@@ -59,7 +63,12 @@ def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
         zeros_empty = True
     except Exception:
         zeros_empty = False
-    return DtypeInfo(dtype, name, numpy_name, byte_addressable, copyable, fillable, zeros_empty)
+    try:
+        torch.zeros(LARGE, dtype=dtype, device=device)
+        zeros_large = True
+    except Exception:
+        zeros_large = False
+    return DtypeInfo(dtype, name, numpy_name, byte_addressable, copyable, fillable, zeros_empty, zeros_large)
 
 
 @functools.cache

@@ -34,6 +34,10 @@ class Record:
         self.blamed: str | None = None
         self._last: tuple[Scenario, str] | None = None
 
+    def __repr__(self) -> str:
+        # Hypothesis prints a failing example's arguments: an address would differ run to run.
+        return "<record>"
+
     def blame(self, promise: str | None) -> None:
         """Name the promise a failure from here on breaks, for tests that check several."""
         self.blamed = promise
@@ -57,6 +61,8 @@ def literal(value: Any) -> str:
     """Source that evaluates to `value`, for the values scenarios bind."""
     if isinstance(value, torch.dtype):
         return str(value)  # "torch.float32"
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"  # as callers pass it, not "device(type='cpu')"
     if isinstance(value, np.ndarray):
         return f"np.array({value.tolist()!r}, dtype=np.{value.dtype.name})"
     return repr(value)
@@ -109,7 +115,8 @@ class Scenario:
         )
         self.steps: list[str] = []
         self.ns: dict[str, Any] = {"torch": torch, "np": np, "Buffer": Buffer, "__name__": "__reproducer__"}
-        self.bind(device=device, **values)
+        # Callers pass a torch.device and real implementations read device.type: so does the suite.
+        self.bind(device=torch.device(device), **values)
 
     def bind(self, **values: Any) -> None:
         self.steps.append("".join(f"{k} = {literal(v)}\n" for k, v in values.items()))

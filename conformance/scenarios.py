@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from conformance import strategies as s
-from conformance.contexts import PLAIN
+from conformance.contexts import PLAIN, Context
 from conformance.repro import Record, Scenario
 from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 from cpugpu_conformance.promises import PROMISES as TITLES
@@ -26,17 +26,23 @@ def build(
     with_numpy: bool | None = None,
     pin_memory: bool | None = None,
     construct: bool = True,
+    size: tuple[int, ...] | None = None,
+    context: Context | None = None,
 ) -> Scenario:
-    """Draw a scenario and (unless construct=False) build `buf` in it."""
+    """Draw a scenario and (unless construct=False) build `buf` in it.
+
+    ``size`` and ``context`` fix what would be drawn (engine-scale sizes, and a context a
+    test runs every time, are pytest parameters: each run includes them).
+    """
     info = data.draw(dtypes, label="dtype")
-    ctx = data.draw(s.contexts, label="context") if contexts else PLAIN
+    ctx = context or (data.draw(s.contexts_for(device), label="context") if contexts else PLAIN)
     sc = Scenario(
         Buffer,
         record,
         promise,
         TITLES[promise],
         device,
-        size=data.draw(s.sizes_for(info, nonempty=nonempty), label="size"),
+        size=size if size is not None else data.draw(s.sizes_for(info, nonempty=nonempty), label="size"),
         dtype=info.dtype,
         pin_memory=data.draw(s.pin_memory_for(device), label="pin_memory") if pin_memory is None else pin_memory,
         with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy") if with_numpy is None else with_numpy,

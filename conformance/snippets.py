@@ -12,17 +12,21 @@ def raw(t):
 
 
 def fill_bytes(t, seed):
-    """Overwrite every byte of `t` in place with a pattern that depends on `seed`."""
+    """Overwrite every byte of `t` in place with a pattern that depends on `seed`.
+
+    The pattern repeats every 251 bytes, so a buffer of millions of bytes costs one tiled copy.
+    """
     view = t.view(torch.uint8)
-    pattern = (torch.arange(view.numel(), dtype=torch.int64) * 7 + seed * 31 + 1) % 251 + 1
+    period = ((torch.arange(251) * 7 + seed * 31 + 1) % 251 + 1).to(torch.uint8)
     if t.dtype == torch.bool:
-        pattern = pattern % 2  # any other byte is not a valid bool
-    view.copy_(pattern.to(torch.uint8).reshape(view.shape).to(view.device))
+        period = period % 2  # any other byte is not a valid bool
+    pattern = period.repeat(view.numel() // 251 + 1)[: view.numel()]
+    view.copy_(pattern.reshape(view.shape).to(view.device))
 
 
 def sync():
     """Non-blocking copies have landed only once the stream is synchronized."""
-    if device == "cuda":
+    if device.type == "cuda":
         torch.cuda.synchronize()
 '''
 

@@ -4,29 +4,38 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from conformance import contexts as ctx
 from conformance import dtypes
-from conformance.contexts import CONTEXTS
 
 # 1 to 3 dimensions; zero-length dimensions are part of the contract (promise 1).
 sizes = st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple)
 # At least one element, for checks that need something to write.
 nonempty_sizes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
 
-contexts = st.sampled_from(CONTEXTS)
+# Engine scale (promise 1: "a million elements and more"): 1-D, 2-D square, and few long
+# rows, each above 2**20 elements. Tests run each one explicitly (pytest parameters), so
+# every run includes them whatever hypothesis draws.
+ENGINE_SIZES: tuple[tuple[int, ...], ...] = (((1 << 20) + 3,), (1024, 1024), (3, 349_527))
 
 
-def _names(infos: tuple[dtypes.DtypeInfo, ...]) -> st.SearchStrategy[dtypes.DtypeInfo]:
+def contexts_for(device: str) -> st.SearchStrategy[ctx.Context]:
+    return st.sampled_from(ctx.contexts_for(device))
+
+
+def _names(infos: tuple[dtypes.DtypeInfo, ...], engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    """Draw from `infos`; at engine scale only the dtypes torch can allocate that large."""
+    infos = tuple(i for i in infos if i.zeros_large) if engine else infos
     if not infos:
         return st.nothing()
     return st.sampled_from(infos)
 
 
-def any_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
-    return _names(dtypes.all_dtypes(device))
+def any_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.all_dtypes(device), engine)
 
 
-def numpy_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
-    return _names(dtypes.numpy_dtypes(device))
+def numpy_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.numpy_dtypes(device), engine)
 
 
 def non_numpy_dtype(device: str, *, include_bfloat16: bool) -> st.SearchStrategy[dtypes.DtypeInfo]:
@@ -36,12 +45,18 @@ def non_numpy_dtype(device: str, *, include_bfloat16: bool) -> st.SearchStrategy
     return _names(infos)
 
 
-def byte_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
-    return _names(dtypes.byte_dtypes(device))
+def defaults_sensitive_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    """Any dtype, with the floating ones a default dtype stands in for drawn half the time."""
+    floats = tuple(i for i in dtypes.all_dtypes(device) if i.name in ("float32", "float64", "float16"))
+    return st.one_of(_names(floats, engine), any_dtype(device, engine=engine))
 
 
-def fillable_dtype(device: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
-    return _names(dtypes.fillable_dtypes(device))
+def byte_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.byte_dtypes(device), engine)
+
+
+def fillable_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    return _names(dtypes.fillable_dtypes(device), engine)
 
 
 def with_numpy_for(info: dtypes.DtypeInfo) -> st.SearchStrategy[bool]:

@@ -7,45 +7,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import dtypes
+from conformance import checks, dtypes
 from conformance import strategies as s
 from conformance.scenarios import build
 from conformance.snippets import CONSTRUCT
-
-NP_FILL = '''
-def np_fill(a, seed):
-    """Overwrite every byte of the array in place, through NumPy."""
-    view = a.reshape(-1).view(np.uint8)
-    pattern = (np.arange(view.size, dtype=np.int64) * 13 + seed * 17 + 3) % 251 + 1
-    view[:] = pattern % 2 if a.dtype == np.bool_ else pattern
-'''
 
 
 @pytest.mark.promise("5")
 @given(data=st.data())
 def test_numpy_view_shares_memory(Buffer, record, device, data):
     sc = build(Buffer, record, "5", device, data, s.numpy_dtype(device), with_numpy=True)
-    sc.run(NP_FILL)
-    sc.run(
-        """
-        expected = torch.zeros(1, dtype=dtype).numpy().dtype
-        assert isinstance(buf.np, np.ndarray), f"buf.np is a {type(buf.np).__name__}, not a NumPy array"
-        assert buf.np.shape == size, f"buf.np.shape is {buf.np.shape}, expected {size}"
-        assert buf.np.dtype == expected, f"buf.np.dtype is {buf.np.dtype}, expected {expected} for {dtype}"
-        assert buf.np.flags.writeable, "buf.np is read-only"
-
-        def np_bytes():
-            return buf.np.reshape(-1).view(np.uint8).reshape(*size, buf.np.itemsize)
-
-        np_fill(buf.np, seed=1)  # NumPy -> torch
-        assert (raw(buf.cpu) == np_bytes()).all(), "a write through buf.np is not seen by buf.cpu"
-        buf.copy_to_gpu()
-        sync()
-        assert (raw(buf.gpu) == np_bytes()).all(), "copy_to_gpu did not carry a write made through buf.np"
-        fill_bytes(buf.cpu, seed=2)  # torch -> NumPy
-        assert (np_bytes() == raw(buf.cpu)).all(), "a write to buf.cpu is not seen through buf.np"
-        """
-    )
+    sc.run(checks.NP_FILL)
+    sc.run(checks.NUMPY_VIEW)
 
 
 @pytest.mark.promise("6")

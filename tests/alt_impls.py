@@ -10,7 +10,7 @@ class EmptyThenZero:
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
         with torch.inference_mode(False):
-            self.cpu = torch.empty(size, dtype=dtype, pin_memory=pin_memory)
+            self.cpu = torch.empty(size, dtype=dtype, device="cpu", pin_memory=pin_memory)
             self.gpu = torch.empty(size, dtype=dtype, device=device)
             if self.cpu.numel():  # zero_ of an empty bits tensor is not implemented; nothing to zero anyway
                 self.cpu.zero_()
@@ -52,7 +52,7 @@ class BlockingCopies:
 
 @torch.inference_mode(False)
 def _allocate(size, dtype, device, pin_memory):
-    host = torch.zeros(size, dtype=dtype, pin_memory=pin_memory)
+    host = torch.zeros(size, dtype=dtype, device="cpu", pin_memory=pin_memory)
     return host, torch.zeros_like(host, device=device)
 
 
@@ -118,4 +118,31 @@ class SlotsAndKeywords:
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
-ALTERNATIVES = (EmptyThenZero, BlockingCopies, DecoratedHelper, DropsPinHintOffCuda, SlotsAndKeywords)
+class ReadsDeviceType(DecoratedHelper):
+    """A real port's way: `device` is a torch.device, and the pinning hint goes off CUDA by device.type."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        pin_memory = pin_memory and device.type == "cuda"
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+
+
+class NumpyProperty(DecoratedHelper):
+    """`np` is a property: a fresh ndarray over the same memory at each access (none without NumPy)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=False)
+        if with_numpy and dtype == torch.bfloat16:
+            raise ValueError("bfloat16 cannot be viewed by NumPy; use with_numpy=False")
+        if with_numpy:
+            self.cpu.numpy()  # refuse, now, a dtype NumPy cannot view (promise 7)
+        self._with_numpy = with_numpy
+
+    @property
+    def np(self):
+        if not self._with_numpy:
+            raise AttributeError("np: this buffer was made with with_numpy=False")
+        return self.cpu.numpy()
+
+
+ALTERNATIVES = (EmptyThenZero, BlockingCopies, DecoratedHelper, DropsPinHintOffCuda, SlotsAndKeywords,
+                ReadsDeviceType, NumpyProperty)

@@ -13,12 +13,14 @@ from cpugpu_conformance.variants import VARIANTS, PreFixCpuGpuBuffer
 def test_the_pre_fix_class_comes_first():
     assert VARIANTS[0].cls is PreFixCpuGpuBuffer and VARIANTS[0].promise == "3"
     assert len(VARIANTS) >= 10
-    assert {v.promise for v in VARIANTS} >= {"1", "2", "3", "4", "5", "6", "7", "8", "9"}
+    judged = {p for p in PROMISES if p not in RECORDED_ONLY and applies(p, "cpu")}
+    assert {v.promise for v in VARIANTS} >= judged, "every promise judged on the CPU has a variant that breaks it"
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v.name}-breaks-{v.promise}")
 def test_suite_rejects_variant(variant, tmp_path):
-    run = run_suite(tmp_path, "--impl", variant.spec)
+    # Only the promise the variant breaks: the whole suite per variant would take most of `nox -s tests`.
+    run = run_suite(tmp_path, "--impl", variant.spec, "--promise", variant.promise)
     assert run.returncode == 1, f"suite exit {run.returncode} for {variant.name}\n{run.stdout[-3000:]}{run.stderr[-2000:]}"
     assert run.verdict(variant.promise) == "failed", (
         f"{variant.name} breaks promise {variant.promise} ({PROMISES[variant.promise]}), "

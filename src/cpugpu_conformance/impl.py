@@ -165,7 +165,7 @@ def check_signature(cls: Any, spec: str) -> None:
     except (TypeError, ValueError):
         return  # builtins and C types have no signature to check: let the suite judge them
     try:
-        signature.bind(2, 3, dtype=torch.float32, device="cpu", pin_memory=False, with_numpy=True)
+        signature.bind(2, 3, dtype=torch.float32, device=torch.device("cpu"), pin_memory=False, with_numpy=True)
     except TypeError as exc:
         raise ImplError(
             f"--impl {spec!r}: constructor{signature} does not take the contract's arguments "

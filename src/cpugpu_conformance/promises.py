@@ -14,6 +14,8 @@ PROMISES: dict[str, str] = {
     "9": "In place, for life",
     "10": "Devices",
     "11": "pin_memory=True with no accelerator (implementation-defined)",
+    "12": "No side effects on the caller",
+    "13": "Independent buffers",
 }
 
 # Promise 11 is recorded, never judged: its verdict is what happened, not pass/fail.

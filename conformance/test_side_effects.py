@@ -1,0 +1,68 @@
+"""Promise 12: no side effects on the caller.
+
+Constructing a buffer and calling its copies leave the caller's grad mode, inference
+mode, default device and default dtype as they were, in every creation context. The
+state is checked inside the context, right after each call (a class that switches grad
+on with `torch.set_grad_enabled(True)` is caught inside `no_grad()`), and again once the
+context is left. Every context runs in every run: it is a pytest parameter.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance import strategies as s
+from conformance.scenarios import build
+
+CALLER_STATE = '''
+def caller_state():
+    """What the caller's code depends on, and a buffer must leave as it found it."""
+    state = {
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.empty(0).device,
+    }
+    if device.type == "cuda":
+        state["current CUDA device"] = torch.cuda.current_device()
+        state["current CUDA stream"] = torch.cuda.current_stream()
+    return state
+
+
+def unchanged(before, after_what):
+    now = caller_state()
+    changed = [f"{key} from {before[key]} to {now[key]}" for key in before if now[key] != before[key]]
+    assert not changed, f"{after_what} changed the caller's " + ", ".join(changed)
+
+
+def make():
+    """Build the buffer and use it, checking the caller's state after every call."""
+    before = caller_state()
+    buf = Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+    unchanged(before, "constructing the buffer")
+    buf.copy_to_gpu(n)
+    unchanged(before, f"copy_to_gpu({n!r})")
+    buf.copy_to_cpu(n)
+    unchanged(before, f"copy_to_cpu({n!r})")
+    sync()
+    return buf
+'''
+
+
+# Twelve-odd contexts, each its own test: a tenth of the examples each covers them all many times over.
+PER_CONTEXT = settings(max_examples=max(10, settings.default.max_examples // 10))
+
+
+@pytest.mark.promise("12")
+@PER_CONTEXT
+@given(data=st.data())
+def test_no_side_effects_on_the_caller(Buffer, record, device, context, data):
+    """`context`: every creation context of the device, one test each (conftest parametrizes it)."""
+    sc = build(Buffer, record, "12", device, data, s.byte_dtype(device), construct=False)
+    sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
+    sc.run(CALLER_STATE)
+    sc.run("outer = caller_state()")
+    sc.run(context.code("make()"))
+    sc.run('unchanged(outer, "the construction context and the buffer together")')
