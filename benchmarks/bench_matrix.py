@@ -1,6 +1,8 @@
 """What the matrix machinery costs, against baselines measured in the same run.
 
     python benchmarks/bench_matrix.py [--release 2.13.0] [--repeat 3] [--cold-matrix]
+    python benchmarks/bench_matrix.py --skip-warm --releases 2.0.1,2.13.0,2.15.0 [--cold 2.13.0]
+                                      [--cpu-wheels /opt/wheels | --cpu-index https://download.pytorch.org/whl/cpu]
 
 (a) a cell whose environment exists: `nox -t torch-X` minus the same pytest command run
     directly in that environment (the overhead: nox, uv's check, the torch probe, the
@@ -13,6 +15,16 @@
 (d) --cold-matrix: the whole default matrix with an empty uv cache (a private one, so
     other work on this machine keeps its cache) and fresh environments; prints the wall
     time and the disk it took, then deletes it (--keep to look at it). Target: 15 min.
+(e) --releases A,B,C: per release, what a cell adds to the bare minimum. Bare: `uv venv`,
+    `uv pip install torch==X numpy...` (the release's own pins), `python -c "import torch"`.
+    Cell: `nox -t torch-X` in a new environment (create, install torch, numpy and the
+    project, probe, run the suite, write the result) minus the suite's test time (the
+    result's duration_s). Ratio cell/bare; target: at most 1.30. Warm: uv's own cache,
+    populated first (the disk each release adds to it is printed). --cold X: the same
+    for one release, each side with its own empty cache under /tmp, deleted right after
+    (never two full caches at once); prints each cache's size, i.e. a release's disk.
+    --cpu-wheels DIR / --cpu-index URL: a cold install of the CPU-only build of --cold's
+    release (torch==X+cpu) from a wheel folder or index, its time and cache size.
 
 Run it on an idle machine: the figures are wall times.
 """
@@ -32,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cpugpu_conformance import cell, matrix  # noqa: E402
+from cpugpu_conformance import cell, matrix, results  # noqa: E402
 
 PYTEST_ARGS = ["--promise", "1"]  # the overhead does not depend on how much the suite tests
 
@@ -139,6 +151,106 @@ def cold_matrix(workdir: Path, keep: bool) -> None:
         print(f"kept in {workdir}")
 
 
+def fresh_dir(workdir: Path, name: str) -> Path:
+    path = workdir / name
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def bare_install(release: str, workdir: Path, env: dict[str, str], extra: list[str] | None = None,
+                 requirements: list[str] | None = None) -> float:
+    """uv venv + uv pip install torch==X numpy... + import torch, in a new environment; seconds."""
+    m = matrix.load(ROOT / "matrix.yaml")
+    uv = cell.find_uv() or "uv"
+    target = fresh_dir(workdir, "bare")
+    python = str(cell.env_python(target))
+    started = time.perf_counter()
+    subprocess.run([uv, "venv", "-q", "--python", m.python, str(target)], check=True, env=env)
+    subprocess.run([uv, "pip", "install", "-q", "--python", python, *(requirements or m.release(release).requirements()),
+                    *(extra or [])], check=True, env=env)
+    subprocess.run([python, "-c", "import torch"], check=True, env=env)
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(target, ignore_errors=True)
+    return elapsed
+
+
+def cell_run(release: str, workdir: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """`nox -t torch-X` in a new environment: (wall seconds, the suite's own seconds, the cell's answer)."""
+    out, envdir = fresh_dir(workdir, "results"), fresh_dir(workdir, "nox")
+    env = dict(env, CONFORMANCE_RESULTS=str(out))
+    started = time.perf_counter()
+    subprocess.run([*nox_cmd(), "--envdir", str(envdir), "-t", f"torch-{release}", "--", *PYTEST_ARGS], cwd=ROOT, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    elapsed = time.perf_counter() - started
+    result = results.load(out / f"{matrix.cell_name(release, 'cpu')}.json")
+    shutil.rmtree(envdir, ignore_errors=True)
+    return elapsed, float(result.get("duration_s") or 0.0), result.describe()
+
+
+def _ratio_line(label: str, bare: float, total: float, suite: float, answer: str) -> str:
+    overhead = total - suite
+    return (f"  {label}: bare install+import {bare:.1f} s; cell {total:.1f} s - suite {suite:.1f} s = {overhead:.1f} s; "
+            f"ratio {overhead / bare:.2f} (target <= 1.30) [{answer}]")
+
+
+def warm_ratios(releases: list[str], repeat: int, workdir: Path) -> None:
+    env = dict(os.environ)
+    cache = uv_cache_dir()
+    print(f"(e) cells against a bare install + import torch, warm cache ({cache}), medians of {repeat}:", flush=True)
+    for release in releases:
+        before = du_bytes(cache)
+        warm_up = bare_install(release, workdir, env)  # fills the cache when the release is new to it
+        added = du_bytes(cache) - before
+        print(f"  torch {release}: first install {warm_up:.1f} s, added {gb(added)} to the cache", flush=True)
+        bare, total, suite = [], [], []
+        answer = ""
+        for _ in range(repeat):  # interleaved, so drift in machine load hits both alike
+            bare.append(bare_install(release, workdir, env))
+            t, s, answer = cell_run(release, workdir, env)
+            total.append(t)
+            suite.append(s)
+        print(_ratio_line(f"torch {release} warm", statistics.median(bare), statistics.median(total),
+                          statistics.median(suite), answer), flush=True)
+    print(f"  uv cache now {gb(du_bytes(cache))}", flush=True)
+
+
+def cold_ratio(release: str, workdir: Path) -> None:
+    """Each side with its own empty cache, made and deleted in turn."""
+    print(f"(e) cold cache, torch {release} (one private cache at a time, deleted after):", flush=True)
+    sizes = {}
+    for side in ("bare", "cell"):
+        cache = fresh_dir(Path(tempfile.gettempdir()), f"bench-uv-cache-{side}")
+        env = dict(os.environ, UV_CACHE_DIR=str(cache))
+        try:
+            if side == "bare":
+                bare = bare_install(release, workdir, env)
+            else:
+                total, suite, answer = cell_run(release, workdir, env)
+            sizes[side] = du_bytes(cache)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    print(_ratio_line(f"torch {release} cold", bare, total, suite, answer))
+    print(f"  cache after the bare install {gb(sizes['bare'])}, after the cell {gb(sizes['cell'])} "
+          f"(the cell adds the project and its test dependencies)", flush=True)
+
+
+def cpu_only(release: str, workdir: Path, wheels: str | None, index_url: str | None) -> None:
+    """A cold install of the CPU-only build, from a wheel folder or the CPU index."""
+    cache = fresh_dir(Path(tempfile.gettempdir()), "bench-uv-cache-cpu")
+    env = dict(os.environ, UV_CACHE_DIR=str(cache))
+    source = ["--find-links", wheels] if wheels else ["--extra-index-url", str(index_url)]
+    requirements = [f"torch=={release}+cpu", *matrix.load(ROOT / "matrix.yaml").release(release).requirements()[1:]]
+    try:
+        seconds = bare_install(release, workdir, env, extra=source, requirements=requirements)
+        size = du_bytes(cache)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    wheel = sorted(Path(wheels).glob(f"torch-{release}+cpu-*.whl")) if wheels else []
+    file_size = f", the wheel file {wheel[0].stat().st_size / 1e6:.0f} MB" if wheel else ""
+    print(f"(e) CPU-only torch {release}+cpu, cold ({' '.join(source)}): bare install+import {seconds:.1f} s, "
+          f"cache {gb(size)}{file_size}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", default="2.13.0", help="torch release of the warm-cache measurements")
@@ -146,6 +258,10 @@ def main() -> int:
     parser.add_argument("--cold-matrix", action="store_true", help="also run the whole matrix from an empty cache (minutes, GBs)")
     parser.add_argument("--keep", action="store_true", help="keep the cold run's cache, environments and results")
     parser.add_argument("--skip-warm", action="store_true", help="skip (a), (b) and (c)")
+    parser.add_argument("--releases", help="(e): comma-separated releases to compare with a bare install, warm cache")
+    parser.add_argument("--cold", metavar="RELEASE", help="(e): the same for one release from empty caches (GBs of download)")
+    parser.add_argument("--cpu-wheels", metavar="DIR", help="(e): a folder with torch-<--cold>+cpu wheel, installed cold")
+    parser.add_argument("--cpu-index", metavar="URL", help="(e): the CPU-only index to take torch-<--cold>+cpu from, cold")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir=os.environ.get("BENCH_TMP")))
     try:
@@ -153,6 +269,12 @@ def main() -> int:
             cell_overhead(args.release, args.repeat, workdir / "a")
             env_creation(args.release, args.repeat, workdir / "b")
             disk()
+        if args.releases:
+            warm_ratios(args.releases.split(","), args.repeat, workdir / "e")
+        if args.cold:
+            cold_ratio(args.cold, workdir / "e")
+            if args.cpu_wheels or args.cpu_index:
+                cpu_only(args.cold, workdir / "e", args.cpu_wheels, args.cpu_index)
         if args.cold_matrix:
             cold_matrix(workdir / "d", args.keep)
     finally:

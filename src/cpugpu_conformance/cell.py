@@ -7,7 +7,11 @@ saying why (the installer's error, the tail of the log). A cell that did not run
 looks like one that passed: from the moment a run claims the result path until it writes
 its answer, the path holds an ``interrupted`` placeholder, and a second run on the same
 path refuses to start. SIGTERM or SIGINT (a CI cancel, Ctrl-C) stops the test process
-group and records ``interrupted``. Results are read and written only through
+group and records ``interrupted``. A ``latest`` entry is resolved to the newest final
+release where the cell takes torch from (index.newest_final_release) once it holds its
+result path; an index that cannot be read makes it not_installed. The installer's output
+reaches stdout and the log line by line as it comes, with a heartbeat line while it is
+quiet (a download of gigabytes). Results are read and written only through
 results.CellResult, whose answer() decides what a cell's outcome is. The noxfile's
 conformance, installed and bisect sessions all come here.
 

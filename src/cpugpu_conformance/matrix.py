@@ -523,13 +523,22 @@ def _describe(err: jsonschema.ValidationError) -> list[str]:
 
 def _print_cells(matrix: Matrix) -> None:
     index = matrix.index_url or "the default index (PyPI)"
+    if matrix.find_links:
+        index += f" and {matrix.find_links}"
+    if matrix.offline:
+        index = f"{matrix.find_links or 'nowhere'} and uv's cache only (offline)"
     print(f"{matrix.path}: {len(matrix.releases)} releases x {len(matrix.devices)} device(s) = "
           f"{len(matrix.cells)} cells; python {matrix.python}, profile {matrix.hypothesis_profile}, "
           f"torch from {index}")
     print(f"baseline {matrix.baseline}; candidates {', '.join(matrix.candidates)}")
     for c in matrix.cells:
         runner = c.device.runner if isinstance(c.device.runner, str) else ",".join(c.device.runner)
-        print(f"  {c.name:<22} {' '.join(c.release.requirements()):<40} limit {c.time_limit_s:g} s  runner {runner}")
+        own = [f"from {v}" for v in matrix._own_source(c).values() if v]  # an entry's own index or folder
+        wanted = c.release.requirements()
+        if c.release.is_latest:
+            wanted[0] = "torch(newest-when-run)"
+        print(f"  {c.name:<22} {' '.join(wanted):<40} limit {c.time_limit_s:g} s  runner {runner}"
+              + "".join(f"  {o}" for o in own))
 
 
 def main(argv: list[str] | None = None) -> int:
