@@ -1,7 +1,13 @@
 """Options, hypothesis profiles and devices for the conformance suite.
 
-    pytest conformance [--impl SPEC] [--device cpu|cuda|all] [--cell-result PATH]
+    pytest conformance [--impl SPEC] [--device NAME|all] [--cell-result PATH]
                        [--cell-name NAME] [--promise N[,N...]] [--hypothesis-profile NAME]
+
+Installed, the same suite is `cpugpu-conformance run [the same options]` (run.py).
+
+Tests take the device as an argument. Where a test runs is single-sourced: its promises
+(promises.APPLIES_TO) and, for a test that needs particular devices whatever its promises,
+``@pytest.mark.devices("name", ...)``; elsewhere it is deselected, never skipped.
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-from conformance import recording, repro
-from conformance.contexts import contexts_for
-from conformance.plan import DevicePlan, cuda_missing_reason, plan_devices, select_promises
-from conformance.recording import IMPL, PLAN, PROMISE_FILTER, RECORD, WARNINGS
+from cpugpu_conformance import devices
 from cpugpu_conformance import impl as impl_loader
-from cpugpu_conformance.promises import applies
+from cpugpu_conformance.promises import DEVICES
+
+from . import recording, repro
+from .contexts import contexts_for
+from .plan import DevicePlan, marked_devices, plan_devices, refused_plan, select_promises, wanted
+from .recording import IMPL, PLAN, PROMISE_FILTER, RECORD, WARNINGS
 
 # Examples per test. The default keeps a development run in seconds; `ci` is
 # derandomized with no example database, so the same torch gives the same verdict.
@@ -49,8 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--device",
-        choices=("cpu", "cuda", "all"),
-        default=None,
+        metavar="|".join((*DEVICES, "all")),
+        default=None,  # checked in pytest_configure: a bad name is one line, not argparse's usage
         help="device(s) to test; a missing device is skipped, never passed (default: every device this machine has)",
     )
     group.addoption("--cell-result", metavar="PATH", default=None, help="write the verdict of every promise and device to this JSON file")
@@ -63,9 +71,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist workers for the cores.
     torch.set_num_threads(1)
     config.addinivalue_line("markers", "promise(*numbers): the CONTRACT.md promises a test checks")
-    plan = plan_devices(config.getoption("device"), cuda_missing_reason())
-    config.stash[PLAN] = plan
+    config.addinivalue_line("markers", "devices(*names): the only devices a test runs on (devices.py names)")
     config.stash[WARNINGS] = []
+    option = config.getoption("device")
+    try:
+        plan = plan_devices(option, devices.unavailable())
+    except pytest.UsageError as exc:
+        config.stash[PLAN] = refused_plan(option)
+        _record_usage_error(_start_recorder(config, config.stash[PLAN], None), exc)
+        raise
+    config.stash[PLAN] = plan
     try:
         chosen = select_promises(config.getoption("promise"))
     except pytest.UsageError as exc:
@@ -136,14 +151,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
-    """A test runs when one of its promises was asked for and applies to its device."""
-    promises = recording.promises_of(item)
-    if not promises:
-        return chosen is None  # a test of no promise in particular: run it unless promises were chosen
-    if chosen is not None:
-        promises &= chosen
-    device = recording.device_of(item)
-    return any(device is None or applies(p, device) for p in promises)
+    """Whether the test runs: see plan.wanted (its devices marker, its promises, --promise)."""
+    marked = [str(name) for mark in item.iter_markers("devices") for name in mark.args]
+    try:
+        allowed = marked_devices(marked) if marked else None
+    except ValueError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+    return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,11 +9,14 @@ Besides the grad and inference modes, engines build buffers where a model's init
 under a default device (``with torch.device(...)``, ``torch.set_default_device``) or a
 default dtype. The explicit arguments must win there (promise 1). Contexts that set a
 default restore it in ``finally``, so a failing buffer cannot poison later tests.
+Contexts only one device has (a CUDA side stream, say) are listed with it, in devices.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from cpugpu_conformance import devices
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,10 @@ AMBIENT: tuple[Context, ...] = (
     ),
 )
 
-# Only where a CUDA device is tested: the current device, a default CUDA device, a side stream.
-CUDA_ONLY: tuple[Context, ...] = (
-    Context("default_device_cuda", 'with torch.device("cuda"):\n    buf = {make}\n'),
-    Context("cuda_device_last", "with torch.cuda.device(torch.cuda.device_count() - 1):\n    buf = {make}\n"),
-    Context("cuda_side_stream", "with torch.cuda.stream(torch.cuda.Stream()):\n    buf = {make}\n"),
-)
-
 PLAIN = CONTEXTS[0]
 
 
 def contexts_for(device: str) -> tuple[Context, ...]:
-    """Every context a buffer for `device` is built in."""
-    return CONTEXTS + AMBIENT + (CUDA_ONLY if device == "cuda" else ())
+    """Every context a buffer for `device` is built in: the common ones, then the device's own (devices.py)."""
+    own = tuple(Context(name, template) for name, template in devices.get(device).contexts)
+    return CONTEXTS + AMBIENT + own

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pytest
-import torch
 
-from cpugpu_conformance.promises import DEVICES, PROMISES
+from cpugpu_conformance.promises import DEVICES, PROMISES, applies
 
 
 @dataclass(frozen=True)
@@ -37,27 +37,29 @@ class DevicePlan:
         return {"status": "not_requested", "reason": self.not_requested.get(device, "not requested")}
 
 
-def cuda_missing_reason() -> str | None:
-    if torch.cuda.is_available():
-        return None
-    build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-    return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, {build})"
-
-
-def plan_devices(option: str | None, cuda_missing: str | None) -> DevicePlan:
-    """--device cpu|cuda|all, or None: every device this machine has."""
+def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePlan:
+    """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
+    this machine cannot test it (devices.unavailable())."""
     if option is None:
-        if cuda_missing:
-            return DevicePlan(None, ("cpu",), not_requested={"cuda": f"not requested (default: the devices this machine has): {cuda_missing}"})
-        return DevicePlan(None, tuple(DEVICES))
+        return DevicePlan(
+            None,
+            tuple(d for d in DEVICES if d not in unavailable),
+            not_requested={d: f"not requested (default: the devices this machine has): {why}" for d, why in unavailable.items()},
+        )
+    if option != "all" and option not in DEVICES:
+        raise pytest.UsageError(f"--device {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
     wanted = list(DEVICES) if option == "all" else [option]
-    missing = {"cuda": cuda_missing} if cuda_missing and "cuda" in wanted else {}
     return DevicePlan(
         option,
-        tuple(d for d in wanted if d not in missing),
-        skipped=missing,
+        tuple(d for d in wanted if d not in unavailable),
+        skipped={d: unavailable[d] for d in wanted if d in unavailable},
         not_requested={d: f"not requested (--device {option})" for d in DEVICES if d not in wanted},
     )
+
+
+def refused_plan(option: str | None) -> DevicePlan:
+    """The plan a result file records for a run refused before it planned (bad --device)."""
+    return DevicePlan(option, (), not_requested={d: "not requested: the run was refused" for d in DEVICES})
 
 
 def select_promises(option: str | None) -> frozenset[str] | None:
@@ -73,3 +75,23 @@ def select_promises(option: str | None) -> frozenset[str] | None:
 
 def in_contract_order(promises: frozenset[str] | None) -> list[str] | None:
     return None if promises is None else [p for p in PROMISES if p in promises]
+
+
+def marked_devices(names: list[str]) -> frozenset[str]:
+    """The devices a ``@pytest.mark.devices(...)`` marker names; ValueError names one the registry lacks."""
+    unknown = sorted(set(names) - set(DEVICES))
+    if unknown:
+        raise ValueError(f"@pytest.mark.devices names unknown device {unknown[0]!r}; expected {', '.join(DEVICES)}")
+    return frozenset(names)
+
+
+def wanted(promises: set[str], device: str | None, chosen: frozenset[str] | None, allowed: frozenset[str] | None = None) -> bool:
+    """Does a test run: on a device its marker allows (``allowed``; None: any), when one of its
+    promises was asked for (``chosen``; None: all) and applies on its device (promises.APPLIES_TO)."""
+    if allowed is not None and device not in allowed:
+        return False
+    if not promises:
+        return chosen is None  # a test of no promise in particular: run it unless promises were chosen
+    if chosen is not None:
+        promises = promises & chosen
+    return any(device is None or applies(p, device) for p in promises)

@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from conformance.plan import DevicePlan, in_contract_order
-from conformance.repro import Record
-from cpugpu_conformance import results
+from cpugpu_conformance import devices, results
 from cpugpu_conformance.promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies
+
+from .plan import DevicePlan, in_contract_order
+from .repro import Record
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()
@@ -79,13 +80,10 @@ def environment() -> dict[str, Any]:
     import numpy
     import torch
 
-    cuda = torch.cuda.is_available()
     return {
         "torch": torch.__version__,
         "torch_git_version": getattr(torch.version, "git_version", None),
-        "torch_cuda": torch.version.cuda,
-        "cuda_available": cuda,
-        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        **devices.environment(),
         "numpy": numpy.__version__,
         "hypothesis": hypothesis.__version__,
         "python": platform.python_version(),

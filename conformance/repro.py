@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from cpugpu_conformance import devices
+
 DEFAULT_IMPORT = "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n"
 
 
@@ -106,10 +108,11 @@ class Scenario:
 
     def __init__(self, Buffer: Any, record: Record, promise: str, title: str, device: str, **values: Any) -> None:
         self.record = record
+        needs = devices.get(device).needs  # "a CUDA device"
         self.header = (
             f"# Reproducer: CpuGpuBuffer promise {promise} ({title}), device {device}.\n"
             f"# Smallest failing example cpugpu-conformance found, with torch {torch.__version__}.\n"
-            + ("# Needs a CUDA device.\n" if device == "cuda" else "")
+            + (f"# Needs {needs}.\n" if needs else "")
             + "# Run: python reproducer.py  (an exception or a failed assert is the bug)\n"
             "import numpy as np\nimport torch\n\n" + record.impl_import + "\n"
         )

@@ -6,11 +6,12 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance import strategies as s
-from conformance.contexts import PLAIN, Context
-from conformance.repro import Record, Scenario
-from conformance.snippets import BYTE_HELPERS, CONSTRUCT
 from cpugpu_conformance.promises import PROMISES as TITLES
+
+from . import strategies as s
+from .contexts import PLAIN, Context
+from .repro import Record, Scenario
+from .snippets import BYTE_HELPERS, CONSTRUCT
 
 
 def build(

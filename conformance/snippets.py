@@ -1,4 +1,9 @@
-"""Source snippets shared by the tests; each is executed by the suite and pasted into reproducers."""
+"""Source snippets shared by the tests; each is executed by the suite and pasted into reproducers.
+
+What differs by device (how to synchronize) is generated from the registry, devices.py.
+"""
+
+from cpugpu_conformance import devices
 
 # Defined in every scenario that reads or writes contents: works for every dtype,
 # float8 and sub-byte ones included, by treating elements as bytes.
@@ -26,8 +31,6 @@ def fill_bytes(t, seed):
 
 def sync():
     """Non-blocking copies have landed only once the stream is synchronized."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-'''
+''' + devices.per_device(lambda d: d.sync)
 
 CONSTRUCT = "Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from conformance import contexts as ctx
-from conformance import dtypes
+from cpugpu_conformance import devices
+
+from . import contexts as ctx
+from . import dtypes
 
 # 1 to 3 dimensions; zero-length dimensions are part of the contract (promise 1).
 sizes = st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple)
@@ -65,8 +67,8 @@ def with_numpy_for(info: dtypes.DtypeInfo) -> st.SearchStrategy[bool]:
 
 
 def pin_memory_for(device: str) -> st.SearchStrategy[bool]:
-    """pin_memory=True off CUDA is implementation-defined (promise 11): only drawn on CUDA."""
-    return st.booleans() if device == "cuda" else st.just(False)
+    """pin_memory=True where pinning does not apply is implementation-defined (promise 11): drawn only where it does."""
+    return st.booleans() if devices.get(device).pinning else st.just(False)
 
 
 def slice_end(length: int) -> st.SearchStrategy[int | None]:

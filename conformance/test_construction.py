@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance import checks
-from conformance import strategies as s
-from conformance.scenarios import build
+from . import checks
+from . import strategies as s
+from .scenarios import build
 
 # Every creation context is its own test (conftest parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.

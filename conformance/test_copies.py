@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import checks
-from conformance import strategies as s
-from conformance.scenarios import build
+from . import checks
+from . import strategies as s
+from .scenarios import build
 
 
 @pytest.mark.promise("8")

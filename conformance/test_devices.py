@@ -1,7 +1,8 @@
 """Promises 10 and 11: CUDA specifics, and pin_memory=True without an accelerator (recorded).
 
 Each runs only on the devices its promise applies to (promises.APPLIES_TO): elsewhere it
-is not collected, so the result says "not applicable", never "skipped".
+is deselected, so the result says "not applicable", never "skipped". How to synchronize
+a device (sync()) and whether one is an accelerator come from the registry, devices.py.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as s
-from conformance.repro import Scenario
-from conformance.scenarios import build
-from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+from cpugpu_conformance import devices
+
+from . import strategies as s
+from .repro import Scenario
+from .scenarios import build
+from .snippets import BYTE_HELPERS, CONSTRUCT
 
 
 @pytest.mark.promise("10")
@@ -28,13 +31,13 @@ def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, record, device, data
         fill_bytes(buf.cpu, seed=1)
         sent = raw(buf.cpu)
         buf.copy_to_gpu()
-        torch.cuda.synchronize()
+        sync()
         assert (raw(buf.gpu) == sent).all(), "after copy_to_gpu and a synchronize, buf.gpu lacks the data"
         fill_bytes(buf.gpu, seed=2)
-        torch.cuda.synchronize()
+        sync()
         expected = raw(buf.gpu)
         buf.copy_to_cpu()
-        torch.cuda.synchronize()
+        sync()
         assert (raw(buf.cpu) == expected).all(), "after copy_to_cpu and a synchronize, buf.cpu lacks the data"
         """
     )
@@ -65,5 +68,5 @@ def test_pin_memory_on_cpu_is_recorded(Buffer, record, device, size):
         pinned = buf.cpu.is_pinned()
         """
     )
-    accel = "accelerator present" if torch.cuda.is_available() else "no accelerator"
+    accel = "accelerator present" if devices.accelerator_present() else "no accelerator"
     record.observe(f"size {size}: accepted ({accel}), cpu.is_pinned()={sc['pinned']}")

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance import checks
-from conformance import strategies as s
-from conformance.scenarios import build
+from . import checks
+from . import strategies as s
+from .scenarios import build
 
 # A few examples per size: what varies at this scale is the size, which is a parameter.
 ENGINE = settings(max_examples=max(2, settings.default.max_examples // 100))

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as s
-from conformance.repro import Scenario
-from conformance.snippets import BYTE_HELPERS
 from cpugpu_conformance.promises import PROMISES
+
+from . import strategies as s
+from .repro import Scenario
+from .snippets import BYTE_HELPERS
 
 
 @st.composite

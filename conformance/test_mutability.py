@@ -12,10 +12,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as s
-from conformance.repro import Scenario
-from conformance.scenarios import build
-from conformance.snippets import BYTE_HELPERS
+from . import strategies as s
+from .repro import Scenario
+from .scenarios import build
+from .snippets import BYTE_HELPERS
 
 NOT_INFERENCE = """
 for name in ("cpu", "gpu"):

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import checks, dtypes
-from conformance import strategies as s
-from conformance.scenarios import build
-from conformance.snippets import CONSTRUCT
+from . import checks, dtypes
+from . import strategies as s
+from .scenarios import build
+from .snippets import CONSTRUCT
 
 
 @pytest.mark.promise("5")

@@ -4,7 +4,8 @@ Constructing a buffer and calling its copies leave the caller's grad mode, infer
 mode, default device and default dtype as they were, in every creation context. The
 state is checked inside the context, right after each call (a class that switches grad
 on with `torch.set_grad_enabled(True)` is caught inside `no_grad()`), and again once the
-context is left. Every context runs in every run: it is a pytest parameter.
+context is left. Every context runs in every run: it is a pytest parameter. The state
+only one device has (its current stream, say) comes from the registry, devices.py.
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance import strategies as s
-from conformance.scenarios import build
+from cpugpu_conformance import devices
+
+from . import strategies as s
+from .scenarios import build
+
+
+def _device_state(device: devices.Device) -> str:
+    """Lines adding what only `device` has (its current stream, say) to the caller's state."""
+    return "".join(f'state["{label}"] = {expr}\n' for label, expr in device.caller_state)
+
 
 CALLER_STATE = '''
 def caller_state():
@@ -25,10 +34,7 @@ def caller_state():
         "default dtype": torch.get_default_dtype(),
         "default device": torch.empty(0).device,
     }
-    if device.type == "cuda":
-        state["current CUDA device"] = torch.cuda.current_device()
-        state["current CUDA stream"] = torch.cuda.current_stream()
-    return state
+''' + devices.per_device(_device_state) + '''    return state
 
 
 def unchanged(before, after_what):

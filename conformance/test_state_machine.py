@@ -20,10 +20,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from conformance import dtypes
-from conformance import strategies as s
-from conformance.repro import Record, Scenario
-from conformance.snippets import BYTE_HELPERS, CONSTRUCT
+from . import dtypes
+from . import strategies as s
+from .repro import Record, Scenario
+from .snippets import BYTE_HELPERS, CONSTRUCT
 
 # Dtypes whose values the model can hold exactly: small integers, written and compared.
 # Two shards, each with half the examples, so pytest-xdist can run them side by side.

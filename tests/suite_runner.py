@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,3 +123,76 @@ def start_sleeping_suite(tmp_path: Path, result_path: Path, *args: str) -> Backg
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=suite_env(), stdout=out, stderr=subprocess.STDOUT)
     return Background(proc, marker, log)
+
+
+# --- the suite as installed from the wheel, in environments of its own
+
+TORCH_FOR_ENVS = "torch==2.13.0"  # the torch the project's own tests use (noxfile TESTS_TORCH)
+PRE_FIX_IMPL = "import torch\n\n\n{source}"  # variants.PreFixCpuGpuBuffer, as a user's own file
+
+
+def find_uv() -> str:
+    """uv from the `uv` package (the test extra), or from PATH."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        found = shutil.which("uv")
+        assert found, "uv is needed to build the wheel and make environments: pip install -e '.[test]'"
+        return found
+    return find_uv_bin()
+
+
+def run_uv(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """uv from its cache first (seconds, no network), then with the index if the cache lacks something."""
+    for extra in (["--offline"], []):
+        proc = subprocess.run([find_uv(), *args, *extra], capture_output=True, text=True, timeout=timeout, env=suite_env())
+        if proc.returncode == 0:
+            return proc
+    raise AssertionError(f"uv {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+
+
+def build_wheel(out: Path) -> Path:
+    """The project's wheel, built from this checkout as a release would be."""
+    run_uv("build", "--wheel", "--out-dir", str(out), str(REPO))
+    [wheel] = out.glob("cpugpu_conformance-*.whl")
+    return wheel
+
+
+def make_env(where: Path, *requirements: str, no_deps: Sequence[str] = ()) -> Path:
+    """A fresh virtual environment holding ``requirements`` (and ``no_deps``, installed without
+    their dependencies); returns its bin/ folder."""
+    run_uv("venv", "--python", sys.executable, str(where))
+    python = where / "bin" / "python"
+    run_uv("pip", "install", "--python", str(python), *requirements)
+    if no_deps:
+        run_uv("pip", "install", "--python", str(python), "--no-deps", *no_deps)
+    return where / "bin"
+
+
+def outside_env() -> dict[str, str]:
+    """suite_env() without anything that would let an environment see this checkout."""
+    return {k: v for k, v in suite_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
+def run_installed(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`cpugpu-conformance ARGS` from the environment's console script, in ``cwd``."""
+    return subprocess.run([str(bin_dir / "cpugpu-conformance"), *args], cwd=cwd, env=outside_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# What a user's project may hold where they run the suite: none of it may change the run.
+HOSTILE_PYTEST_INI = """\
+[pytest]
+addopts = -x -k no_test_has_this_name -p no:hypothesispytest --strict-config
+python_files = nothing_*.py
+testpaths = elsewhere
+filterwarnings = error
+"""
+HOSTILE_CONFTEST = 'raise RuntimeError("the conftest.py of the directory the suite was run from was loaded")\n'
+
+
+def hostile_cwd(where: Path) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "pytest.ini").write_text(HOSTILE_PYTEST_INI)
+    (where / "conftest.py").write_text(HOSTILE_CONFTEST)
+    return where

@@ -18,7 +18,7 @@ def test_module_help_lists_the_subcommands():
         [sys.executable, "-m", "cpugpu_conformance", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert "report" in proc.stdout and "gate" in proc.stdout
+    assert "run" in proc.stdout and "report" in proc.stdout and "gate" in proc.stdout
 
 
 @pytest.mark.parametrize("command", ["report", "gate"])
@@ -51,7 +51,8 @@ def test_report_needs_a_results_dir(capsys):
 
 def test_every_subcommand_module_has_the_interface():
     # Others add subcommands by listing a module; this is what the parser relies on.
-    for name, module in cli.SUBCOMMANDS.items():
+    for name in cli.SUBCOMMANDS:
+        module = cli.load(name)
         assert isinstance(module.HELP, str) and module.HELP, name
         parser = argparse.ArgumentParser()
         module.add_arguments(parser)
@@ -61,3 +62,33 @@ def test_every_subcommand_module_has_the_interface():
 def test_version(capsys):
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"cpugpu-conformance {cli.__version__}"
+
+
+@pytest.mark.parametrize(("command", "package"), [("report", "jinja2"), ("gate", "jsonschema")])
+def test_a_missing_extra_is_one_line(command, package, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed: find_spec answers None
+    assert cli.main([command, "--help"]) == cli.EXIT_MISSING
+    err = capsys.readouterr().err
+    assert err == f"cpugpu-conformance {command} needs {package}: pip install 'cpugpu-conformance[tools]'\n"
+
+
+def test_help_names_the_extra_of_an_unavailable_command(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    text = "".join(out.split())  # argparse wraps lines, at hyphens too
+    assert "reportunavailable:needsjinja2(pipinstall'cpugpu-conformance[tools]')" in text
+    assert "gatecompareacandidate" in text, "gate has what it needs"
+
+
+def test_run_imports_none_of_the_tools():
+    # `run` (the suite's entry point) must work where only torch, numpy, hypothesis and pytest are.
+    code = (
+        "import sys\n"
+        "from cpugpu_conformance.__main__ import load\n"
+        "load('run').suite_dir()\n"
+        "print(sorted({'yaml', 'jinja2', 'jsonschema', 'markupsafe'} & set(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -43,17 +43,34 @@ def test_bad_impl_is_a_one_line_usage_error(impl, culprit):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_unknown_device_is_refused():
-    proc = pytest_suite("--device", "tpu")
-    assert proc.returncode == 4
-    assert "--device: invalid choice: 'tpu'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and "usage:" not in proc.stderr
+    return lines[0]
+
+
+def test_unknown_device_is_refused(tmp_path):
+    proc = pytest_suite("--device", "tpu", "--cell-result", str(tmp_path / "cell.json"))
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert _one_line(proc) == "ERROR: --device 'tpu': unknown device; expected cpu, cuda or all"
+    refused = results.load(tmp_path / "cell.json")  # the refusal replaces an older result
+    assert refused["status"] == "error" and "--device 'tpu'" in refused["detail"]
+
+
+def test_unknown_device_is_refused_by_run_too():
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpugpu_conformance", "run", "--device", "tpu"],
+        cwd=TESTS, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--device 'tpu': unknown device" in _one_line(proc)
 
 
 def test_unknown_promise_is_refused():
-    proc = pytest_suite("--promise", "3,12")
+    proc = pytest_suite("--promise", "3,14")
     assert proc.returncode == 4
-    assert "unknown promise 12" in proc.stderr
+    assert "unknown promise 14" in _one_line(proc)
 
 
 def test_help_lists_the_options():
@@ -117,7 +134,8 @@ def test_cell_result_file(tmp_path):
     assert env["torch_cuda"] == torch.version.cuda and "python" in env and "platform" in env
     assert loaded["promises"]["1"]["devices"]["cpu"]["verdict"] == "passed"
     assert loaded["promises"]["1"]["devices"]["cpu"]["passed"] >= 1
-    assert loaded["promises"]["2"]["devices"]["cpu"] == {
+    # Promise 4: no test of promise 1 or 11 checks it too (the engine-scale test of 1 also checks 2).
+    assert loaded["promises"]["4"]["devices"]["cpu"] == {
         "verdict": "not_requested", "reason": "not selected (--promise)", "passed": 0, "failed": 0, "skipped": 0}
     assert loaded["requested"] == {"device": "all", "promises": ["1", "11"]}
     assert loaded["pytest_exitstatus"] == 0 and loaded["warnings"] == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from . import devices
+
 PROMISES: dict[str, str] = {
     "1": "Shape and dtype",
     "2": "Zeroed",
@@ -18,13 +20,14 @@ PROMISES: dict[str, str] = {
     "13": "Independent buffers",
 }
 
+DEVICES = devices.NAMES  # listed in the registry, devices.py
+
 # Promise 11 is recorded, never judged: its verdict is what happened, not pass/fail.
 RECORDED_ONLY = frozenset({"11"})
 
-DEVICES = ("cpu", "cuda")
-
 # Promises the contract states for some devices only; every other promise applies to every
 # device. A promise that does not apply has no check to run there, which is not a skip.
+# The one statement of where a promise applies: the suite deselects its tests elsewhere.
 APPLIES_TO: dict[str, tuple[str, ...]] = {
     "10": ("cuda",),  # CUDA specifics: pinned memory, non-blocking copies
     "11": ("cpu",),  # pin_memory=True with no accelerator

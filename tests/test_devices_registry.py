@@ -1,0 +1,111 @@
+"""Devices live in one registry (devices.py); the suite asks it and never names a device itself."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import torch
+from suite_runner import REPO
+
+sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
+from conformance import contexts, plan, snippets, strategies  # noqa: E402
+from conformance.repro import Record, Scenario  # noqa: E402
+from cpugpu_conformance import devices, promises  # noqa: E402
+from cpugpu_conformance.reference import CpuGpuBuffer  # noqa: E402
+
+UNAVAILABLE = {"cuda": "no CUDA device: for this test"}
+
+
+def test_the_registry_lists_every_device_the_contract_names():
+    assert devices.NAMES == promises.DEVICES == ("cpu", "cuda")
+    for promise, where in promises.APPLIES_TO.items():
+        assert set(where) <= set(devices.NAMES), promise
+
+
+def test_an_unknown_device_is_one_line_naming_it():
+    with pytest.raises(devices.UnknownDevice, match=r"^unknown device 'tpu'; expected one of cpu, cuda$"):
+        devices.get("tpu")
+
+
+def test_availability_is_torch_s_answer_with_the_reason():
+    assert devices.CPU.available and devices.CPU.missing_reason() is None
+    assert devices.CUDA.available == torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        reason = devices.unavailable()["cuda"]
+        assert reason.startswith("no CUDA device: torch.cuda.is_available() is False (torch ")
+        assert torch.__version__ in reason
+        assert not devices.accelerator_present()
+
+
+def test_what_only_cuda_has_is_stated_by_the_registry():
+    assert not devices.CPU.pinning and devices.CUDA.pinning
+    assert devices.CPU.sync == "" and devices.CUDA.sync == "torch.cuda.synchronize()"
+    assert [name for name, _ in devices.CUDA.contexts] == ["default_device_cuda", "cuda_device_last", "cuda_side_stream"]
+    assert not devices.CPU.contexts and not devices.CPU.caller_state and devices.CUDA.needs == "a CUDA device"
+
+
+def test_the_suite_draws_its_device_specifics_from_the_registry():
+    common = [c.name for c in contexts.contexts_for("cpu")]
+    assert [c.name for c in contexts.contexts_for("cuda")] == common + [name for name, _ in devices.CUDA.contexts]
+    assert repr(strategies.pin_memory_for("cpu")) == "just(False)"
+    assert repr(strategies.pin_memory_for("cuda")) == "booleans()"
+    # The reproducers stay standalone: the registry's sync, written out for each device that has one.
+    assert 'def sync():\n    """Non-blocking copies have landed only once the stream is synchronized."""\n' \
+           '    if device.type == "cuda":\n        torch.cuda.synchronize()\n' in snippets.BYTE_HELPERS
+
+
+def test_per_device_source_has_a_block_only_where_a_device_has_source():
+    assert devices.per_device(lambda d: d.sync) == '    if device.type == "cuda":\n        torch.cuda.synchronize()\n'
+    assert devices.per_device(lambda d: "") == "    pass\n"
+
+
+@pytest.mark.parametrize(("device", "needs"), [("cpu", False), ("cuda", True)])
+def test_a_reproducer_says_which_device_it_needs(device, needs):
+    sc = Scenario(CpuGpuBuffer, Record(), "1", "Shape and dtype", device, size=(2,))
+    assert ("# Needs a CUDA device.\n" in sc.script()) is needs
+
+
+def test_plan_default_is_every_device_this_machine_has():
+    default = plan.plan_devices(None, UNAVAILABLE)
+    assert default.tested == ("cpu",) and not default.skipped
+    assert default.not_requested == {"cuda": "not requested (default: the devices this machine has): no CUDA device: for this test"}
+    assert plan.plan_devices(None, {}).tested == ("cpu", "cuda")
+
+
+def test_plan_skips_a_requested_device_that_is_missing():
+    every = plan.plan_devices("all", UNAVAILABLE)
+    assert every.tested == ("cpu",) and every.skipped == UNAVAILABLE and not every.not_requested
+    cuda = plan.plan_devices("cuda", UNAVAILABLE)
+    assert cuda.nothing_testable and cuda.not_requested == {"cpu": "not requested (--device cuda)"}
+
+
+def test_plan_refuses_an_unknown_device_in_one_line():
+    with pytest.raises(pytest.UsageError, match=r"^--device 'tpu': unknown device; expected cpu, cuda or all$"):
+        plan.plan_devices("tpu", {})
+
+
+def test_where_a_test_runs_comes_from_its_promises_and_its_devices_marker():
+    assert plan.wanted({"10"}, "cuda", None) and not plan.wanted({"10"}, "cpu", None)  # promises.APPLIES_TO
+    assert plan.wanted({"3"}, "cpu", None) and not plan.wanted({"3"}, "cpu", frozenset({"5"}))
+    only_cuda = plan.marked_devices(["cuda"])
+    assert plan.wanted({"3"}, "cuda", None, only_cuda) and not plan.wanted({"3"}, "cpu", None, only_cuda)
+    assert plan.wanted(set(), "cpu", None) and not plan.wanted(set(), "cpu", frozenset({"1"}))
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        plan.marked_devices(["gpu"])
+
+
+# The suite's logic asks the registry rather than test for an accelerator's name ("cpu" is
+# also the buffer's host side, buf.cpu, which every check names).
+DEVICE_LITERAL = re.compile(r"""["']cuda["']""")
+
+
+def test_no_device_name_is_spelled_out_in_the_suite():
+    found = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted((REPO / "conformance").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if DEVICE_LITERAL.search(line)
+    ]
+    assert not found, "\n".join(found)
