@@ -74,18 +74,28 @@ _DEF = re.compile(r"def (\w+)\(")
 
 
 def _used_helpers(steps: list[str]) -> list[str]:
-    """Keep a helper definition only if a later step calls it: shorter reproducers."""
-    out = []
-    for i, step in enumerate(steps):
+    """Keep a helper definition only if what follows calls it, directly or through another kept
+    helper (promise 12's make() calls unchanged()): shorter reproducers that still run."""
+    out: list[str] = []
+    later = ""  # what is kept after the current step
+    for step in reversed(steps):
         if not step.startswith("def "):
             out.append(step)
+            later = step + "\n" + later
             continue
-        later = "\n".join(steps[i + 1 :])
         chunks = [c.strip("\n") for c in re.split(r"\n(?=def )", step)]
-        kept = [c for c in chunks if re.search(rf"\b{_DEF.match(c).group(1)}\(", later)]
+        kept: set[str] = set()
+        while True:
+            used = later + "\n".join(kept)
+            found = {c for c in chunks if re.search(rf"\b{_DEF.match(c).group(1)}\(", used)}
+            if found <= kept:
+                break
+            kept |= found
         if kept:
-            out.append("\n\n\n".join(kept) + "\n")
-    return out
+            text = "\n\n\n".join(c for c in chunks if c in kept) + "\n"
+            out.append(text)
+            later = text + later
+    return out[::-1]
 
 
 # Compiled snippets, shared by every test: a snippet's source is its whole identity.

@@ -43,6 +43,28 @@ def test_cuda_pinned_memory_and_non_blocking_copies(Buffer, record, device, data
     )
 
 
+@pytest.mark.promise("10")
+@pytest.mark.parametrize("method", ["copy_to_gpu", "copy_to_cpu"])
+def test_copies_with_pinned_memory_do_not_block_the_host(Buffer, record, device, method):
+    """The copies are non-blocking: with a long job queued ahead, a copy returns before the job ends."""
+    dev = devices.get(device)
+    assert dev.stall and dev.idle, f"the registry says promise 10 applies to {device}, but not how to queue work there"
+    sc = Scenario(Buffer, record, "10", "Devices", device, size=(1 << 16,), dtype=torch.float32, pin_memory=True,
+                  with_numpy=False)
+    sc.run(BYTE_HELPERS)
+    sc.run(f"buf = {CONSTRUCT}")
+    sc.run(
+        f"""
+        sync()
+        {dev.stall}  # a long job queued on the stream, ahead of the copy
+        buf.{method}()
+        still_busy = not ({dev.idle})
+        sync()
+        assert still_busy, "buf.{method}() waited for the device's queued work: from pinned memory it must not block the host"
+        """
+    )
+
+
 def _headline(exc: BaseException) -> str:
     """Type and first sentence: torch's messages go on with advice and URLs that change more often."""
     text = str(exc).strip().splitlines()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from . import checks, dtypes
@@ -17,6 +17,17 @@ from .snippets import CONSTRUCT
 @given(data=st.data())
 def test_numpy_view_shares_memory(Buffer, record, device, data):
     sc = build(Buffer, record, "5", device, data, s.numpy_dtype(device), with_numpy=True)
+    sc.run(checks.NP_FILL)
+    sc.run(checks.NUMPY_VIEW)
+
+
+@pytest.mark.promise("5")
+@settings(max_examples=max(10, settings.default.max_examples // 10))
+@given(data=st.data())
+def test_numpy_view_by_default(Buffer, record, device, data):
+    """Callers rely on `.np` without passing the flag: with_numpy defaults to True."""
+    sc = build(Buffer, record, "5", device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
+    sc.run("buf = Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory)  # with_numpy left to its default")
     sc.run(checks.NP_FILL)
     sc.run(checks.NUMPY_VIEW)
 

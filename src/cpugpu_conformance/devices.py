@@ -30,6 +30,10 @@ class Device:
     pinning: bool = False
     # A statement that waits until queued work (non-blocking copies) has landed; "" when none is queued.
     sync: str = ""
+    # A statement queueing a long job on the current stream, and an expression that is True once
+    # every queued job is done: a copy that returns while the job still runs did not block (promise 10).
+    stall: str = ""
+    idle: str = ""
     # (label, expression): per-thread state of this device a buffer must leave as it found it (promise 12).
     caller_state: tuple[tuple[str, str], ...] = ()
     # (name, template binding `buf` from the constructor call `{make}`): creation contexts only this device has.
@@ -61,6 +65,8 @@ CUDA = Device(
     needs="a CUDA device",
     pinning=True,
     sync="torch.cuda.synchronize()",
+    stall="torch.cuda._sleep(1 << 30)",  # about half a second of GPU time
+    idle="torch.cuda.current_stream().query()",
     caller_state=(
         ("current CUDA device", "torch.cuda.current_device()"),
         ("current CUDA stream", "torch.cuda.current_stream()"),
