@@ -7,13 +7,17 @@
     nox -t torch-2.15.0                       one release
     nox -t torch-latest                       a `version: latest` entry (the newest final release, looked up then)
     nox -s conformance -- --impl pkg.mod:Cls  arguments after -- reach pytest
+    nox -s matrix -- --jobs 4 [CELL|TAG...]   the cells side by side, each in .nox/<cell> (cpugpu-conformance matrix)
     nox -s installed -- --device all          the torch already installed, nothing installed
     nox -s tests                              the project's own tests
+    nox -s mutation                           the suite's mutation score against the reference (cosmic-ray)
     nox -s report                             results/ -> compat/
     nox -s gate -- --baseline 2.14.1 --candidate 2.15.0
     nox -s bisect -- 2.3.1 2.6.0              first release where a verdict or observation changes
     nox -s lint
 
+The sessions are thin: each calls the package's own command line (`cpugpu-conformance cell`,
+`summary`, `matrix`, `bisect`, `report`, `gate`), which works, and is tested, without nox.
 CONFORMANCE_MATRIX and CONFORMANCE_RESULTS replace matrix.yaml and results/.
 """
 
@@ -23,7 +27,6 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -32,10 +35,11 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).parent.resolve()
 sys.path.insert(0, str(ROOT / "src"))  # the project's pure-Python tooling; needs only the script deps above
 
-from cpugpu_conformance import bisect as bisecting
+from cpugpu_conformance import __main__ as cli
 from cpugpu_conformance import cell as cells
 from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
+from cpugpu_conformance.cli_common import UsageError, is_interrupted_exit, refuse_owned_options
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -51,13 +55,7 @@ except matrices.MatrixError as exc:
 
 TESTS_TORCH = "2.13.0"  # the torch the project's own tests run against
 WORKFLOWS = ROOT / ".github" / "workflows"
-# Options each cell sets itself, from matrix.yaml; refused after `--` so no cell lies about its setup.
-CELL_OWNED_OPTIONS = {
-    "--cell-result": "the cell writes results/<cell>.json",
-    "--cell-name": "the cell is named torch-<release>-<device>",
-    "--device": "set devices in matrix.yaml",
-    "--hypothesis-profile": "set hypothesis_profile in matrix.yaml",
-}
+WHERE = ("--matrix", str(MATRIX.path), "--results", str(RESULTS))  # the files this nox run uses, for every command
 
 # Cells run by this nox invocation, in order, for the summary session.
 _cells_run: list[str] = []
@@ -69,63 +67,42 @@ def _fail(session: nox.Session, message: str) -> None:
     raise CommandFailed(message)
 
 
-def _refuse_owned_options(session: nox.Session, allowed: tuple[str, ...] = ()) -> None:
-    for arg in session.posargs:
-        option = arg.split("=", 1)[0]
-        if option in CELL_OWNED_OPTIONS and option not in allowed:
-            session.error(f"{option} after --: {CELL_OWNED_OPTIONS[option]}")
-
-
-def _run_cell(session: nox.Session, run: Callable[[], results.CellResult]) -> results.CellResult:
-    """Run a cell; a second run on a busy result path is a session error naming the path."""
-    try:
-        return run()
-    except results.ResultPathBusy as exc:
-        session.error(str(exc))
-        raise  # session.error raises; for type checkers
-
-
-def _fail_unless_clean(session: nox.Session, result: results.CellResult) -> None:
-    if not result.answer().clean:
-        _fail(session, f"{result.name}: {result.describe()}")
-
-
-def _spec(name: str, release: matrices.Release | None, device: str | None, time_limit_s: float,
-          pytest_args: list[str], results_dir: Path = RESULTS, cell: matrices.Cell | None = None) -> cells.CellSpec:
-    """A cell's run; where torch comes from is the cell's (its entry's index or folder), else the matrix's."""
-    return cells.CellSpec(
-        name=name, release=release, device=device, hypothesis_profile=MATRIX.hypothesis_profile,
-        time_limit_s=time_limit_s, results_dir=results_dir.resolve(), project_dir=ROOT,
-        index_url=cell.index_url if cell else MATRIX.index_url, pytest_args=tuple(pytest_args),
-        find_links=cell.find_links if cell else MATRIX.find_links, offline=MATRIX.offline,
-    )
+def _command(session: nox.Session, *argv: str) -> None:
+    """`cpugpu-conformance ARGV`, run in this process (nox imports the package from src/, installs
+    nothing for it). Exit 1 fails the session; a signal's exit stops nox as Ctrl-C does (the
+    command has recorded it); any other exit is misuse, which the command has described."""
+    code = cli.main(list(argv))
+    if code == 0:
+        return
+    if code == 1:
+        _fail(session, f"cpugpu-conformance {argv[0]}: not every cell is clean (exit 1)")
+    if is_interrupted_exit(code):
+        raise KeyboardInterrupt
+    session.error(f"cpugpu-conformance {argv[0]} exited {code}")
 
 
 @nox.session(python=MATRIX.python, reuse_venv=True)
-@nox.parametrize(
-    "torch,device",
-    [nox.param(c.torch, c.device.name, tags=[c.tag, f"device-{c.device.name}"]) for c in MATRIX.cells],
-)
+@nox.parametrize("torch,device", [nox.param(c.torch, c.device.name, tags=c.tags) for c in MATRIX.cells])
 def conformance(session: nox.Session, torch: str, device: str) -> None:
     """One cell: install torch (+numpy), check it is that torch, run `pytest conformance`."""
-    _refuse_owned_options(session)
-    cell = MATRIX.cell(torch, device)
-    _cells_run.append(cell.name)
+    _cells_run.append(MATRIX.cell(torch, device).name)
     session.notify("summary")  # runs after every cell, whatever they did
-    spec = _spec(cell.name, cell.release, device, cell.time_limit_s, session.posargs, cell=cell)
-    env_dir = Path(session.virtualenv.location)
-    _fail_unless_clean(session, _run_cell(session, lambda: cells.install_and_run(spec, cells.env_python(env_dir), env_dir=env_dir)))
+    _command(session, "cell", torch, "--device", device, "--env", str(session.virtualenv.location), *WHERE,
+             "--", *session.posargs)
 
 
 @nox.session(venv_backend="none", default=False)
 def summary(session: nox.Session) -> None:
     """Table of the cells this run ran (alone: every matrix cell); fails unless every one is clean."""
     names = list(dict.fromkeys(_cells_run)) or [c.name for c in MATRIX.cells]
-    rows = cells.summarize(RESULTS, names)
-    print("\n" + cells.format_summary(rows), flush=True)
-    bad = [r.cell for r in rows if not r.clean]
-    if bad:
-        _fail(session, f"{len(bad)} of {len(rows)} cells did not pass: {', '.join(bad)}")
+    print(flush=True)
+    _command(session, "summary", str(RESULTS), "--cells", ",".join(names))
+
+
+@nox.session(name="matrix", venv_backend="none", default=False)
+def matrix_in_parallel(session: nox.Session) -> None:
+    """-- [--jobs N] [CELL|TAG...] [-- PYTEST_ARGS]: the cells side by side, each in .nox/<cell>."""
+    _command(session, "matrix", *WHERE, *session.posargs)
 
 
 @nox.session(venv_backend="none", default=False)
@@ -135,7 +112,10 @@ def installed(session: nox.Session) -> None:
     For GPU machines without network: `nox -s installed -- --device all`. The result is
     results/installed-torch-<release>-<device>.json (or -- --cell-name NAME).
     """
-    _refuse_owned_options(session, allowed=("--device", "--cell-name", "--hypothesis-profile"))
+    try:
+        refuse_owned_options(session.posargs, allowed=("--device", "--cell-name", "--hypothesis-profile"))
+    except UsageError as exc:
+        session.error(str(exc))
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--cell-name")
     parser.add_argument("--device")
@@ -147,27 +127,43 @@ def installed(session: nox.Session) -> None:
     probe = cells.probe_torch(python)
     if not probe.get("torch"):
         session.error(f"{python}: no importable torch ({probe.get('torch_error') or probe.get('probe_error') or 'not installed'})")
-    version, _, build = probe["torch"].partition("+")
-    name = ours.cell_name or f"installed-torch-{version}-{ours.device or 'default'}"
-    spec = _spec(name, matrices.Release(version, build=build or None), ours.device, MATRIX.time_limit_s, pytest_args)
-    if ours.hypothesis_profile:
-        spec.hypothesis_profile = ours.hypothesis_profile
-    _fail_unless_clean(session, _run_cell(session, lambda: cells.run_cell(spec, python)))
+    spec = cells.CellSpec.for_installed_torch(
+        probe["torch"], name=ours.cell_name or f"installed-torch-{cells.base_version(probe['torch'])}-{ours.device or 'default'}",
+        device=ours.device, hypothesis_profile=ours.hypothesis_profile or MATRIX.hypothesis_profile,
+        time_limit_s=MATRIX.time_limit_s, results_dir=RESULTS, project_dir=ROOT, pytest_args=pytest_args)
+    try:
+        result = cells.run_cell(spec, python)
+    except results.ResultPathBusy as exc:
+        session.error(str(exc))
+    if not result.answer().clean:
+        _fail(session, f"{result.name}: {result.describe()}")
+
+
+def _tests_torch(session: nox.Session) -> None:
+    """The torch the project's own tests run against, with its NumPy, and the project with its test extra."""
+    release = MATRIX.release(TESTS_TORCH)
+    index = ["--extra-index-url", MATRIX.index_url] if MATRIX.index_url else []
+    session.install(*release.requirements(), "-e", ".[test]", "nox", *index)
 
 
 @nox.session(python=MATRIX.python)
 def tests(session: nox.Session) -> None:
     """The project's own tests (tests/), with torch 2.13.0: `nox -s tests -- -k matrix`."""
-    release = MATRIX.release(TESTS_TORCH)
-    index = ["--extra-index-url", MATRIX.index_url] if MATRIX.index_url else []
-    session.install(*release.requirements(), "-e", ".[test]", "nox", *index)
+    _tests_torch(session)
     session.run("pytest", "tests", "-n", "2", *session.posargs)
+
+
+@nox.session(python=MATRIX.python, default=False)
+def mutation(session: nox.Session) -> None:
+    """How many mutants of reference.py the suite kills (cosmic-ray), with torch 2.13.0."""
+    _tests_torch(session)
+    session.run("python", "-m", "cpugpu_conformance.mutation", *session.posargs)
 
 
 @nox.session(python=MATRIX.python, reuse_venv=True)
 def report(session: nox.Session) -> None:
     """results/ -> compat/compat.json, compat/COMPAT.md, compat/index.html."""
-    session.install("-e", ".")
+    session.install("-e", ".[tools]")
     session.run("python", "-m", "cpugpu_conformance", "report", str(RESULTS), "--out", "compat", *session.posargs)
 
 
@@ -193,7 +189,7 @@ def gate(session: nox.Session) -> None:
     except SystemExit:
         session.error("usage: nox -s gate -- [--baseline RELEASE|FILE] [--candidate RELEASE|FILE]... [gate options]")
     candidates = args.candidate or list(MATRIX.candidates)
-    session.install("-e", ".")
+    session.install("-e", ".[tools]")
     failed = []
     for device in [d.name for d in MATRIX.devices]:
         for candidate in candidates:
@@ -215,28 +211,7 @@ def bisect_releases(session: nox.Session) -> None:
     Each release gets .nox/bisect-torch-<release> (installed like a cell) and keeps
     results/bisect/torch-<release>-<device>.json.
     """
-    _refuse_owned_options(session, allowed=("--device",))
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--device", default=MATRIX.devices[0].name)
-    ours, rest = parser.parse_known_args(session.posargs)
-    if len(rest) < 2 or rest[0].startswith("-") or rest[1].startswith("-"):
-        session.error("usage: nox -s bisect -- GOOD BAD [--device cpu|cuda] [pytest args]")
-    good, bad, *pytest_args = rest
-
-    def run_release(version: str) -> Path:
-        release = MATRIX.release(version)
-        env_dir = ROOT / ".nox" / f"bisect-torch-{version}"
-        spec = _spec(matrices.cell_name(version, ours.device), release, ours.device,
-                     release.time_limit_s or MATRIX.time_limit_s, pytest_args, RESULTS / "bisect")
-        python = cells.create_env(env_dir, MATRIX.python)
-        _run_cell(session, lambda: cells.install_and_run(spec, python, env_dir=env_dir))
-        return spec.result_path
-
-    code = bisecting.run(good, bad, run_release, index_url=MATRIX.index_url)
-    if code == 1:
-        _fail(session, f"bisect: no change between torch {good} and {bad}")
-    elif code:
-        session.error(f"bisect exited {code}")
+    _command(session, "bisect", *WHERE, *session.posargs)
 
 
 def workflow_checks() -> list[list[str]]:
@@ -254,7 +229,7 @@ def workflow_checks() -> list[list[str]]:
 def lint(session: nox.Session) -> None:
     """ruff, matrix.yaml, and the CI workflows."""
     checks = workflow_checks()
-    session.install("ruff", "-e", ".", *(["check-jsonschema", "zizmor"] if checks else []))
+    session.install("ruff", "-e", ".[tools]", *(["check-jsonschema", "zizmor"] if checks else []))
     failed = []
     for command in [["ruff", "check", "."], ["python", "-m", "cpugpu_conformance.matrix", str(MATRIX.path)], *checks]:
         try:  # every check runs, so one run shows every problem

@@ -25,6 +25,12 @@
     (never two full caches at once); prints each cache's size, i.e. a release's disk.
     --cpu-wheels DIR / --cpu-index URL: a cold install of the CPU-only build of --cold's
     release (torch==X+cpu) from a wheel folder or index, its time and cache size.
+(f) --parallel A,B,C,D: the warm matrix of those releases with `cpugpu-conformance matrix
+    --jobs 2` against `--jobs 1`, measured in the same run: the cells' environments are made
+    by a first, unmeasured run (uv's cache must hold their wheels), then each is timed
+    --repeat times, interleaved, in alternating order. --parallel-promise chooses the suite
+    subset (default 1,2,3,4,5). Prints the speed-up (jobs 1 / jobs 2) and the load average
+    before and after. Target: at least 1.6 on two cores.
 
 Run it on an idle machine: the figures are wall times.
 """
@@ -251,6 +257,41 @@ def cpu_only(release: str, workdir: Path, wheels: str | None, index_url: str | N
           f"cache {gb(size)}{file_size}", flush=True)
 
 
+def matrix_run(releases: list[str], jobs: int, workdir: Path, promise: str) -> float:
+    """`cpugpu-conformance matrix --jobs N` over the releases' cells; wall seconds. A cell that is not
+    clean is a verdict, not a failed measurement; anything else (exit 2, a signal) stops the benchmark."""
+    out = workdir / f"results-{jobs}"
+    cmd = [sys.executable, "-m", "cpugpu_conformance", "matrix", "--jobs", str(jobs), *[f"torch-{r}" for r in releases],
+           "--envdir", str(workdir / "envs"), "--results", str(out), "--", "--promise", promise]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("CONFORMANCE_MATRIX", None)
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    unfinished = [f"{r.cell}: {r.why}" for r in cell.summarize(out) if not r.clean and r.answer not in ("failed", "untested")]
+    if unfinished:
+        raise SystemExit("bench: a cell did not run to the end: " + "; ".join(unfinished))
+    return elapsed
+
+
+def parallel_speedup(releases: list[str], repeat: int, workdir: Path, promise: str) -> None:
+    load_before = os.getloadavg()
+    warm_up = matrix_run(releases, 2, workdir, promise)  # makes the environments; not measured
+    one, two = [], []
+    for i in range(repeat):  # alternating order, so drift in machine load hits both alike
+        order = (1, 2) if i % 2 == 0 else (2, 1)
+        for jobs in order:
+            (one if jobs == 1 else two).append(matrix_run(releases, jobs, workdir, promise))
+    a, b = statistics.median(one), statistics.median(two)
+    load_after = os.getloadavg()
+    print(f"(f) warm matrix of {len(releases)} cells ({', '.join(releases)}; --promise {promise}), medians of {repeat}: "
+          f"--jobs 1 {a:.1f} s, --jobs 2 {b:.1f} s: speed-up {a / b:.2f} (target >= 1.6; first run, making the "
+          f"environments, {warm_up:.1f} s); load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
+          f"({os.cpu_count()} CPUs)", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", default="2.13.0", help="torch release of the warm-cache measurements")
@@ -262,6 +303,8 @@ def main() -> int:
     parser.add_argument("--cold", metavar="RELEASE", help="(e): the same for one release from empty caches (GBs of download)")
     parser.add_argument("--cpu-wheels", metavar="DIR", help="(e): a folder with torch-<--cold>+cpu wheel, installed cold")
     parser.add_argument("--cpu-index", metavar="URL", help="(e): the CPU-only index to take torch-<--cold>+cpu from, cold")
+    parser.add_argument("--parallel", metavar="A,B,C,D", help="(f): releases of the warm matrix, --jobs 2 against --jobs 1")
+    parser.add_argument("--parallel-promise", default="1,2,3,4,5", help="(f): the suite subset each cell runs")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir=os.environ.get("BENCH_TMP")))
     try:
@@ -277,6 +320,8 @@ def main() -> int:
                 cpu_only(args.cold, workdir / "e", args.cpu_wheels, args.cpu_index)
         if args.cold_matrix:
             cold_matrix(workdir / "d", args.keep)
+        if args.parallel:
+            parallel_speedup(args.parallel.split(","), args.repeat, workdir / "f", args.parallel_promise)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

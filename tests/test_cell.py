@@ -45,7 +45,8 @@ def fake_torch(where: Path, version: str = "2.15.0+cu130", cuda: str | None = "1
 
 
 def fake_python(tmp_path: Path, behaviour: str, *, torch_version: str = "2.15.0+cu130", cuda: str | None = "13.0") -> Path:
-    """An interpreter whose torch is fake and whose `-m pytest ...` runs ``behaviour`` (argv kept)."""
+    """An interpreter whose torch is fake and whose suite run (`-c LAUNCHER conformance ...` or
+    `-m pytest conformance ...`) runs ``behaviour`` (argv kept); any other `-c CODE` is Python's."""
     site = fake_torch(tmp_path / "site", torch_version, cuda)
     script = tmp_path / "behaviour.py"
     script.write_text(textwrap.dedent(behaviour))
@@ -53,8 +54,8 @@ def fake_python(tmp_path: Path, behaviour: str, *, torch_version: str = "2.15.0+
     exe.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         export PYTHONPATH={site}
-        if [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi
-        shift 2  # -m pytest
+        if [ "$1" = "-c" ] && [ "$3" != "conformance" ]; then exec {sys.executable} "$@"; fi
+        shift 2  # -c LAUNCHER, or -m pytest
         exec {sys.executable} {script} "$@"
     """))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
@@ -118,6 +119,7 @@ def test_finished_run_keeps_the_suites_result_and_the_command_it_was_given(tmp_p
     assert result["requested"]["torch"] == "2.15.0" and result["requested"]["device"] == "cpu"
     assert result["requested"]["promises"] == ["1"]
     log = s.log_path.read_text()
+    assert f" -c {cell.SUITE_LAUNCHER} conformance --cell-result " in log, "the fast-exit launcher runs pytest"
     assert "suite args: conformance --cell-result" in log
     assert "--cell-name torch-2.15.0-cpu --hypothesis-profile ci -p no:cacheprovider --device cpu --impl pkg.mod:Cls" in log
     assert leftovers(s) == [], "the staging file and the lock are gone"
@@ -284,6 +286,126 @@ def test_probe_reads_the_torch_without_importing_it(tmp_path: Path) -> None:
     probe = cell.probe_torch(fake_python(tmp_path, "", torch_version="2.9.1+cu128", cuda="12.8"))
     assert (probe["torch"], probe["torch_cuda"], probe["torch_git_version"]) == ("2.9.1+cu128", "12.8", "abc123")
     assert probe["torch_location"] == str((tmp_path / "site" / "torch").resolve())
+
+
+# --------------------------------------------------------------------------- a matrix cell's run
+
+
+def test_a_matrix_cell_describes_its_own_run(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent("""\
+        python: "3.11"
+        baseline: "2.14.1"
+        candidates: ["2.15.0"]
+        hypothesis_profile: thorough
+        time_limit_s: 300
+        index_url: https://download.pytorch.org/whl/cpu
+        offline: true
+        find_links: wheels
+        torch:
+          - {version: "2.14.1"}
+          - {version: "2.15.0", time_limit_s: 900, index_url: "https://example.org/simple", numpy: "<3"}
+        """))
+    from cpugpu_conformance.matrix import load
+
+    cells = load(path).cells
+    s = CellSpec.from_matrix_cell(cells[1], results_dir=tmp_path / "results", project_dir=ROOT, pytest_args=["-k", "x"])
+    assert (s.name, s.release, s.device, s.hypothesis_profile, s.time_limit_s) == (
+        "torch-2.15.0-cpu", cells[1].release, "cpu", "thorough", 900)
+    assert (s.index_url, s.find_links, s.offline) == ("https://example.org/simple", str(tmp_path / "wheels"), True)
+    assert s.results_dir == (tmp_path / "results").resolve() and s.pytest_args == ("-k", "x")
+    first = CellSpec.from_matrix_cell(cells[0], results_dir=tmp_path, project_dir=ROOT)
+    assert (first.time_limit_s, first.index_url) == (300, "https://download.pytorch.org/whl/cpu"), "the matrix-wide ones"
+
+
+def test_an_environment_that_cannot_be_made_is_the_cells_answer(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    result = cell.create_env_and_run(s, tmp_path / "env", "3.99")
+    assert result.status == "not_installed" and result == on_disk(s)
+    assert result["detail"].startswith(f"cannot make the environment {tmp_path / 'env'} (Python 3.99): ")
+    assert leftovers(s) == []
+
+
+# --------------------------------------------------------------------------- the test process ends right after pytest
+# cell.SUITE_LAUNCHER: pytest.main, flush, os._exit with pytest's code (no interpreter teardown).
+
+PASSING = "def test_ok():\n    assert True\n"
+FAILING = "def test_not_ok():\n    assert False, 'broken'\n"
+# Writes a result file when the session finishes (as the suite's recorder does) and leaves an
+# atexit marker: the marker is written only if the interpreter is torn down normally.
+RECORDING_CONFTEST = """\
+import atexit, sys
+from pathlib import Path
+sys.path.insert(0, {src!r})
+from cpugpu_conformance import results
+
+def pytest_sessionfinish(session, exitstatus):
+    results.write_text_atomic(Path({folder!r}) / "result.json", '{{"exitstatus": %d}}' % exitstatus)
+
+atexit.register(lambda: (Path({folder!r}) / "torn-down").write_text("yes"))
+"""
+
+
+def suite_process(tmp_path: Path, tests: str, *args: str, launcher: list[str] | None = None,
+                  python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    """The cell's test process (or ``launcher``, e.g. ``-m pytest``) on a folder of tests."""
+    (tmp_path / "test_it.py").write_text(tests)
+    (tmp_path / "conftest.py").write_text(RECORDING_CONFTEST.format(src=str(ROOT / "src"), folder=str(tmp_path)))
+    return subprocess.run([python, *(launcher or ["-c", cell.SUITE_LAUNCHER]), str(tmp_path), "-p", "no:cacheprovider",
+                           *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("tests", "args", "code"), [(PASSING, (), 0), (FAILING, (), 1), (PASSING, ("--no-such-option",), 4),
+                                                     (PASSING, ("-k", "nothing_matches"), 5)],
+                         ids=["passed", "failed", "usage-error", "no-tests"])
+def test_the_suite_process_keeps_pytests_exit_code_and_all_its_output(tmp_path: Path, tests: str, args: tuple, code: int) -> None:
+    proc = suite_process(tmp_path, tests, *args)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if code in (0, 1):
+        assert proc.stdout.rstrip().splitlines()[-1].startswith("=") and " in " in proc.stdout.rstrip().splitlines()[-1], (
+            "the summary line, the last thing pytest prints, reached the pipe")
+    if code == 4:
+        assert "--no-such-option" in proc.stderr
+
+
+def test_the_suite_process_writes_its_result_then_skips_the_interpreters_teardown(tmp_path: Path) -> None:
+    fast, control = tmp_path / "fast", tmp_path / "control"
+    fast.mkdir()
+    control.mkdir()
+    proc = suite_process(fast, FAILING)
+    assert proc.returncode == 1
+    assert json.loads((fast / "result.json").read_text()) == {"exitstatus": 1}, "written, whole, before the exit"
+    assert not (fast / "torn-down").exists(), "no teardown: atexit handlers do not run"
+    assert not [p.name for p in fast.glob(".result.json.*")], "no temporary file left"
+    slow = suite_process(control, FAILING, launcher=["-m", "pytest"])
+    assert slow.returncode == 1 and (control / "torn-down").exists(), "python -m pytest tears the interpreter down"
+
+
+def test_an_interpreter_without_pytest_fails_like_python_m_pytest(tmp_path: Path) -> None:
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    proc = suite_process(tmp_path, PASSING, python=str(cell.env_python(venv)))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"{cell.env_python(venv)}: No module named pytest"
+
+
+def test_ctrl_c_in_the_suite_process_is_pytests_interrupted_exit(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    (tmp_path / "test_it.py").write_text(
+        f"import time\ndef test_waits():\n    open({str(started)!r}, 'w').close()\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", cell.SUITE_LAUNCHER, str(tmp_path), "-p", "no:cacheprovider"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(started.exists, "the test to start", timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 2, out
+        assert "KeyboardInterrupt" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
 
 
 # --------------------------------------------------------------------------- installing

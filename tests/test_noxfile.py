@@ -105,10 +105,13 @@ def test_pre_release_nightly_and_latest_entries_are_sessions_with_their_own_tags
     assert only["session"] == "conformance(torch='latest', device='cpu')"
 
 
+OTHER_SESSIONS = ["tests", "lint", "report", "gate", "bisect", "installed", "summary", "matrix", "mutation"]
+
+
 def test_other_sessions_exist_and_only_lint_and_tests_run_by_default() -> None:
     assert [s["session"] for s in listing()] == ["tests", "lint"]
-    every = {s["session"] for s in listing("-s", "tests", "lint", "report", "gate", "bisect", "installed", "summary")}
-    assert every == {"tests", "lint", "report", "gate", "bisect", "installed", "summary"}
+    every = {s["session"] for s in listing("-s", *OTHER_SESSIONS)}
+    assert every == set(OTHER_SESSIONS)
 
 
 @pytest.mark.parametrize(
@@ -147,8 +150,22 @@ def test_every_cell_runs_and_the_run_fails_after_a_summary(tmp_path: Path) -> No
         ["torch-98.0.0-cpu", "98.0.0", "cpu", "NOT", "INSTALLED"], ["torch-99.0.0-cpu", "99.0.0", "cpu", "NOT", "INSTALLED"]]
     assert table[3].startswith("torch-98.0.0-cpu: not installed: ") and "torch==98.0.0" in table[3]
     assert "2 cells, 0 clean, 2 not" in proc.stdout
-    assert "2 of 2 cells did not pass" in proc.stderr
+    assert "Session summary failed" in proc.stderr
     assert not [p.name for p in out.glob(".*")], "no lock or staging file is left"
+
+
+def test_matrix_session_runs_the_cells_side_by_side_through_the_command(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n')
+    out = tmp_path / "results"
+    proc = nox("-s", "matrix", "--", "--jobs", "2", "--envdir", str(tmp_path / "envs"), "--", "--promise", "1",
+               matrix=matrix, results_dir=out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "matrix: 2 cell(s), 2 at a time" in proc.stdout
+    for release in ("98.0.0", "99.0.0"):
+        assert results.load(out / f"torch-{release}-cpu.json")["status"] == "not_installed"
+        assert (tmp_path / "envs" / f"torch-{release}-cpu").is_dir()
+    assert "2 cells, 0 clean, 2 not" in proc.stdout
+    assert "Session matrix failed" in proc.stderr
 
 
 def test_cell_owned_options_are_refused_after_the_double_dash(tmp_path: Path) -> None:
@@ -156,7 +173,7 @@ def test_cell_owned_options_are_refused_after_the_double_dash(tmp_path: Path) ->
     proc = nox("-t", "torch-99.0.0", "--envdir", str(tmp_path / "envs"), "--", "--device=cuda",
                matrix=matrix, results_dir=tmp_path / "results")
     assert proc.returncode == 1
-    assert "--device after --: set devices in matrix.yaml" in proc.stderr
+    assert "cpugpu-conformance cell: error: --device among the pytest arguments: set devices in matrix.yaml\n" in proc.stderr
     assert not (tmp_path / "results" / "torch-99.0.0-cpu.json").exists()
 
 
@@ -224,7 +241,8 @@ def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tm
 def test_bisect_needs_two_releases() -> None:
     proc = nox("-s", "bisect", "--", "2.13.0")
     assert proc.returncode == 1
-    assert "usage: nox -s bisect -- GOOD BAD [--device cpu|cuda] [pytest args]" in proc.stderr
+    assert "cpugpu-conformance bisect: error: the following arguments are required: BAD" in proc.stderr
+    assert "Session bisect aborted: cpugpu-conformance bisect exited 2" in proc.stderr
 
 
 # --------------------------------------------------------------------------- interrupts and busy result paths, through nox

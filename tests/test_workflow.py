@@ -128,16 +128,22 @@ def test_triggers_pull_request_on_the_matrix_and_suite_weekly_and_by_hand():
     assert "workflow_dispatch" in on
 
 
-def test_three_jobs_list_run_and_report():
-    assert list(JOBS) == ["cells", "cell", "report"]
+def test_four_jobs_list_run_report_and_deploy():
+    assert list(JOBS) == ["cells", "cell", "report", "deploy"]
     assert JOBS["cell"]["needs"] == "cells"
     assert "cell" in JOBS["report"]["needs"]
+    assert JOBS["deploy"]["needs"] == "report"
 
 
-def test_cells_job_lists_nox_sessions_into_the_matrix_output():
+def test_no_inline_python_every_step_calls_a_command():
+    for name, job in JOBS.items():
+        for step in job["steps"]:
+            assert step.get("shell", "bash") == "bash", f"{name}: {step.get('name')} is an inline script"
+
+
+def test_cells_job_lists_the_cells_into_the_matrix_output():
     listing = step_named("cells", "job matrix")
-    assert listing["shell"] == "python"
-    assert '["nox", "-l", "--json", "-s", "conformance"]' in listing["run"]
+    assert "cpugpu-conformance cells --json" in listing["run"]
     assert JOBS["cells"]["outputs"]["matrix"] == f"${{{{ steps.{listing['id']}.outputs.matrix }}}}"
 
 
@@ -179,7 +185,8 @@ def test_report_job_runs_after_failed_cells_and_publishes_compat():
 def test_hardening_pins_permissions_credentials_and_no_expressions_in_scripts():
     assert WF["permissions"] == {}
     for name, job in JOBS.items():
-        assert job["permissions"] == {"contents": "read"}, name
+        wanted = {"pages": "write", "id-token": "write"} if name == "deploy" else {"contents": "read"}
+        assert job["permissions"] == wanted, name
         assert isinstance(job.get("timeout-minutes"), (int, str)), name
         for step in job["steps"]:
             if "uses" in step:
@@ -205,28 +212,94 @@ def test_the_tools_ci_installs_cover_the_noxfile_script_dependencies():
     def name(requirement: str) -> str:
         return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
 
-    assert {name(r) for r in needed} <= {name(r) for r in project} | {"nox"}
-    assert '"nox>=2025.2.9" .' in runs("cells")
+    tools = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tools"]
+    assert {name(r) for r in needed} <= {name(r) for r in project + tools} | {"nox"}
+    for job in ("cells", "cell", "report"):
+        assert '"nox>=2025.2.9" ".[tools]"' in runs(job), job
+
+
+# ----------------------------------------------------------------------------- GitHub Pages
+
+
+def github_if(expression: str, *, event: str, branch: str = "main", default_branch: str = "main",
+              pages_artifact: str = "", cancelled: bool = False) -> bool:
+    """Evaluate a job's or step's `if:` the way GitHub would, for the contexts it uses here."""
+    from types import SimpleNamespace as NS
+
+    body = expression.strip()
+    assert body.startswith("${{") and body.endswith("}}"), body
+    body = body[3:-2].replace("!=", " NE ").replace("!", " not ").replace(" NE ", " != ")
+    body = body.replace("&&", " and ").replace("||", " or ")
+    contexts = {
+        "github": NS(event_name=event, ref_name=branch, event=NS(repository=NS(default_branch=default_branch))),
+        "needs": NS(report=NS(outputs=NS(pages_artifact=pages_artifact))),
+        "cancelled": lambda: cancelled,
+    }
+    return bool(eval(" ".join(body.split()), {"__builtins__": {}}, contexts))  # our own workflow's expressions
+
+
+DEPLOY_CASES = [
+    # (event, branch, report uploaded the page, cancelled) -> deploys
+    (("schedule", "main", "123", False), True),
+    (("schedule", "main", "", False), False),  # report failed before it published
+    (("schedule", "main", "123", True), False),
+    (("schedule", "release-1", "123", False), False),
+    (("pull_request", "main", "123", False), False),
+    (("workflow_dispatch", "main", "123", False), False),
+    (("push", "main", "123", False), False),
+]
+
+
+@pytest.mark.parametrize(("case", "deploys"), DEPLOY_CASES)
+def test_deploy_runs_only_on_the_scheduled_run_of_the_default_branch_after_report(case, deploys):
+    event, branch, artifact, cancelled = case
+    deploy = JOBS["deploy"]
+    assert deploy["needs"] == "report"
+    assert github_if(deploy["if"], event=event, branch=branch, pages_artifact=artifact, cancelled=cancelled) is deploys
+    upload = step_named("report", "GitHub Pages")
+    assert github_if(upload["if"], event=event, branch=branch) is (event == "schedule" and branch == "main")
+
+
+def test_report_uploads_compat_for_pages_after_the_report_and_before_the_gate():
+    names = [s.get("name") for s in steps("report")]
+    upload = step_named("report", "GitHub Pages")
+    assert upload["uses"].startswith("actions/upload-pages-artifact@") and upload["with"] == {"path": "compat/"}
+    assert names.index(step_named("report", "Publish")["name"]) < names.index(upload["name"]) < names.index(
+        step_named("report", "Gate")["name"]), "the page is the report's, uploaded before the gate can fail the job"
+    assert JOBS["report"]["outputs"]["pages_artifact"] == f"${{{{ steps.{upload['id']}.outputs.artifact_id }}}}"
+
+
+def test_deploy_job_deploys_to_the_github_pages_environment_with_only_the_pages_permissions():
+    deploy = JOBS["deploy"]
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"] == {"name": "github-pages", "url": "${{ steps.deployment.outputs.page_url }}"}
+    [step] = deploy["steps"]
+    assert step["uses"].startswith("actions/deploy-pages@") and step["id"] == "deployment"
+    for name, job in JOBS.items():
+        if name != "deploy":
+            assert "pages" not in job["permissions"] and "id-token" not in job["permissions"], name
 
 
 # ----------------------------------------------------------------------------- inline scripts, run
 
 
 def run_step_script(job: str, fragment: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run a `shell: python` or `shell: bash` step as the runner does (python SCRIPT, bash -eo pipefail
-    SCRIPT) in ``cwd``, the venv's tools (its python among them) first on PATH."""
+    """Run a `shell: bash` step as the runner does (bash -eo pipefail SCRIPT) in ``cwd``, the venv's
+    tools (its python and cpugpu-conformance among them) first on PATH."""
     step = step_named(job, fragment)
-    assert step["shell"] in ("python", "bash")
-    script = Path(env["RUNNER_TEMP"]) / f"step.{'py' if step['shell'] == 'python' else 'sh'}"
+    assert step["shell"] == "bash"
+    script = Path(env["RUNNER_TEMP"]) / "step.sh"
     script.write_text(step["run"], encoding="utf-8")
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
-    shell = [sys.executable] if step["shell"] == "python" else ["bash", "--noprofile", "--norc", "-eo", "pipefail"]
+    full_env.pop("CONFORMANCE_MATRIX", None)
+    full_env.update(env)
+    shell = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]
     return subprocess.run([*shell, str(script)], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_listing(tmp_path: Path, matrix_file: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
-    """The cells job's listing step, at the repository root (noxfile.py, matrix.yaml) as on CI."""
-    tool("nox")
+    """The cells job's listing step, at the repository root (matrix.yaml) as on CI."""
+    tool("cpugpu-conformance")
     output = tmp_path / "github_output"
     env = {"GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(tmp_path)}
     if matrix_file:

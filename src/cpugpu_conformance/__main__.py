@@ -31,10 +31,19 @@ class Subcommand:
     passthrough: bool = False
 
 
+MATRIX_TOOLS = ("yaml", "jsonschema", "packaging")  # matrix.yaml, result files, versions
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "run": Subcommand("run", passthrough=True),
     "report": Subcommand("report", needs=("jinja2", "jsonschema", "packaging")),
     "gate": Subcommand("gate", needs=("jsonschema",)),  # reads result files: it must validate them
+    # The matrix's commands, which nox and CI call; cell, matrix and bisect split off pytest's arguments themselves.
+    "cells": Subcommand("cli_cells", needs=MATRIX_TOOLS),
+    "cell": Subcommand("cli_cell", needs=MATRIX_TOOLS, passthrough=True),
+    "matrix": Subcommand("cli_matrix", needs=MATRIX_TOOLS, passthrough=True),
+    "bisect": Subcommand("cli_bisect", needs=MATRIX_TOOLS, passthrough=True),
+    "summary": Subcommand("cli_summary", needs=MATRIX_TOOLS),
+    "record-unfinished": Subcommand("cli_record", needs=MATRIX_TOOLS),
 }
 
 

@@ -12,21 +12,17 @@ release where the cell takes torch from (index.newest_final_release) once it hol
 result path; an index that cannot be read makes it not_installed. The installer's output
 reaches stdout and the log line by line as it comes, with a heartbeat line while it is
 quiet (a download of gigabytes). Results are read and written only through
-results.CellResult, whose answer() decides what a cell's outcome is. The noxfile's
-conformance, installed and bisect sessions all come here.
+results.CellResult, whose answer() decides what a cell's outcome is. The cell, matrix and
+bisect commands (and so nox's conformance, matrix and bisect sessions) and nox's installed
+session all come here; a matrix cell describes its own run (CellSpec.from_matrix_cell).
 
-    python -m cpugpu_conformance.cell summary [RESULTS_DIR] [--cells A,B]
-
-prints the table of every cell and exits 1 unless every one of them is clean.
-
-    python -m cpugpu_conformance.cell record-unfinished results/<cell>.json --cell C --session S [--nox-log F]
-
-is the CI fallback: a cell that nox left with no answer is recorded as error or interrupted.
+The command lines around it are ``cpugpu-conformance cell|summary|record-unfinished``
+(cli_cell, cli_summary, cli_record); ``python -m cpugpu_conformance.cell summary|record-unfinished``
+still works.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import datetime
@@ -51,7 +47,7 @@ from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
 from cpugpu_conformance.index import ReleaseListingError, newest_final_release
-from cpugpu_conformance.matrix import Release, release_key
+from cpugpu_conformance.matrix import Cell, Release, release_key
 
 LOG_TAIL_LINES = 40
 INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail
@@ -83,6 +79,19 @@ except Exception:
     out["numpy"] = None
 print(json.dumps(out))
 """
+
+
+# `python -m pytest ARGS`, minus the interpreter's teardown: tearing down an interpreter with torch
+# loaded takes about a second after pytest has written the cell's result. The suite's recorder
+# writes (and fsyncs) its result file during the session and releases its lock when pytest
+# unconfigures, both before pytest.main returns; so flush what pytest printed and end the process
+# with pytest's exit code. Ctrl-C stays pytest's KeyboardInterrupt (exit 2), SIGTERM still ends
+# the process. No pytest is the error `python -m pytest` gives. One line, for the log.
+SUITE_LAUNCHER = (
+    "import os, sys, importlib.util as u; "
+    "u.find_spec('pytest') or sys.exit(sys.executable + ': No module named pytest'); "
+    "import pytest; code = pytest.main(sys.argv[1:]); sys.stdout.flush(); sys.stderr.flush(); os._exit(int(code))"
+)
 
 
 # ---------------------------------------------------------------------------- environments
@@ -526,6 +535,27 @@ class CellSpec:
     find_links: str | None = None  # a folder of wheels the installer searches too
     offline: bool = False  # the installer uses no network
 
+    @classmethod
+    def from_matrix_cell(cls, cell: Cell, *, results_dir: Path, project_dir: Path, pytest_args: Sequence[str] = (),
+                         name: str | None = None) -> CellSpec:
+        """The run of a matrix cell: its release, device, time limit, profile and where its torch comes from."""
+        return cls(name=name or cell.name, release=cell.release, device=cell.device.name,
+                   hypothesis_profile=cell.hypothesis_profile, time_limit_s=cell.time_limit_s,
+                   results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir), index_url=cell.index_url,
+                   pytest_args=tuple(pytest_args), find_links=cell.find_links, offline=cell.offline)
+
+    @classmethod
+    def for_installed_torch(cls, torch_version: str, *, name: str, device: str | None, hypothesis_profile: str,
+                            time_limit_s: float, results_dir: Path, project_dir: Path,
+                            pytest_args: Sequence[str] = ()) -> CellSpec:
+        """The run of a torch already installed (``2.15.0+cu130``): nothing is installed, but the
+        cell still checks that the suite imports that release and build."""
+        version, _, build = torch_version.partition("+")
+        return cls(name=name, release=Release(version, build=build or None), device=device,
+                   hypothesis_profile=hypothesis_profile, time_limit_s=time_limit_s,
+                   results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir),
+                   pytest_args=tuple(pytest_args))
+
     @property
     def result_path(self) -> Path:
         return self.results_dir / f"{self.name}.json"
@@ -631,22 +661,39 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
 def install_and_run(spec: CellSpec, python: Path, env_dir: Path | None = None) -> results.CellResult:
     """Claim the result path, install the cell's release into the environment of ``python``,
     then check the torch and run the suite (see run_cell)."""
-    assert spec.release is not None
+    with claimed(spec) as run:
+        return _install_check_and_test(run, python, env_dir)
+
+
+def create_env_and_run(spec: CellSpec, env_dir: Path, python_version: str) -> results.CellResult:
+    """install_and_run in the environment at ``env_dir``, made (or reused) once the cell holds
+    its result path: a signal while it is made is recorded like any other, and an environment
+    that cannot be made is the cell's answer (not_installed), not an exception."""
     with claimed(spec) as run:
         try:
-            run.spec = resolve_latest(spec)
-        except ReleaseListingError as exc:
-            return run.fault("not_installed", f"cannot resolve torch latest: {exc}")
-        release = run.spec.release
-        assert release is not None
-        if release.asked:
-            _note(spec.log_path, f"cell: torch {release.asked} is {release.version}, the newest final release "
-                                 f"{_where_from(run.spec)}")
-        done = install(python, release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
-                       project=spec.project_dir, log_path=spec.log_path)
-        if not done.ok:
-            return run.fault("not_installed", done.error())
-        return _check_and_test(run, python, env_dir)
+            python = create_env(env_dir, python_version)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            return run.fault("not_installed", f"cannot make the environment {env_dir} (Python {python_version}): {exc}")
+        return _install_check_and_test(run, python, env_dir)
+
+
+def _install_check_and_test(run: CellRun, python: Path, env_dir: Path | None) -> results.CellResult:
+    spec = run.spec
+    assert spec.release is not None
+    try:
+        run.spec = resolve_latest(spec)
+    except ReleaseListingError as exc:
+        return run.fault("not_installed", f"cannot resolve torch latest: {exc}")
+    release = run.spec.release
+    assert release is not None
+    if release.asked:
+        _note(spec.log_path, f"cell: torch {release.asked} is {release.version}, the newest final release "
+                             f"{_where_from(run.spec)}")
+    done = install(python, release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
+                   project=spec.project_dir, log_path=spec.log_path)
+    if not done.ok:
+        return run.fault("not_installed", done.error())
+    return _check_and_test(run, python, env_dir)
 
 
 def _where_from(spec: CellSpec) -> str:
@@ -686,7 +733,7 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
 
 
 def _suite_command(spec: CellSpec, python: Path | str) -> list[str]:
-    cmd = [str(python), "-m", "pytest", "conformance", "--cell-result", str(spec.staging_path.resolve()),
+    cmd = [str(python), "-c", SUITE_LAUNCHER, "conformance", "--cell-result", str(spec.staging_path.resolve()),
            "--cell-name", spec.name, "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]
     if spec.device:
         cmd += ["--device", spec.device]
@@ -826,27 +873,16 @@ def record_unfinished(path: Path, cell: str, session: str, nox_log: Path | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cpugpu_conformance.cell")
-    sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("summary", help="table of the cells' answers; exit 1 unless every cell is clean")
-    s.add_argument("results_dir", nargs="?", default="results")
-    s.add_argument("--cells", help="comma-separated cell names (default: every results_dir/*.json)")
-    r = sub.add_parser("record-unfinished", help="CI: record a cell that nox left without an answer")
-    r.add_argument("result", type=Path, help="the cell's result file, results/<cell>.json")
-    r.add_argument("--cell", required=True, help="the cell's name")
-    r.add_argument("--session", required=True, help="the nox session that ran it")
-    r.add_argument("--nox-log", type=Path, help="nox's output, whose last lines go into the result")
-    args = parser.parse_args(argv)
-    if args.command == "record-unfinished":
-        recorded = record_unfinished(args.result, args.cell, args.session, args.nox_log)
-        print(recorded or f"{args.result}: the cell's answer stands")
-        return 0
-    rows = summarize(Path(args.results_dir), args.cells.split(",") if args.cells else None)
-    if not rows:
-        print(f"{args.results_dir}: no result files", file=sys.stderr)
+    """The old entry point, ``python -m cpugpu_conformance.cell summary|record-unfinished ...``:
+    the same as ``cpugpu-conformance summary|record-unfinished ...``."""
+    from cpugpu_conformance.__main__ import main as cli
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("summary", "record-unfinished"):
+        print("usage: python -m cpugpu_conformance.cell summary|record-unfinished ... "
+              "(now: cpugpu-conformance summary|record-unfinished)", file=sys.stderr)
         return 2
-    print(format_summary(rows))
-    return 0 if all(r.clean for r in rows) else 1
+    return cli(argv)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,7 @@ class Cell:
     index_url: str | None = None  # where torch comes from: the entry's, else the project-wide one
     find_links: str | None = None
     offline: bool = False
+    hypothesis_profile: str = "ci"
 
     @property
     def torch(self) -> str:
@@ -187,6 +188,11 @@ class Cell:
     @property
     def tag(self) -> str:
         return f"torch-{self.torch}"
+
+    @property
+    def tags(self) -> list[str]:
+        """What selects this cell: `nox -t TAG`, `cpugpu-conformance matrix TAG`."""
+        return [self.tag, f"device-{self.device.name}"]
 
     @property
     def session(self) -> str:
@@ -210,19 +216,39 @@ class Matrix:
 
     @property
     def cells(self) -> list[Cell]:
-        return [
-            Cell(release, device, release.time_limit_s or self.time_limit_s,
-                 index_url=release.index_url or self.index_url, find_links=release.find_links or self.find_links,
-                 offline=self.offline)
-            for release in self.releases
-            for device in self.devices
-        ]
+        return [self._cell(release, device) for release in self.releases for device in self.devices]
+
+    def _cell(self, release: Release, device: Device) -> Cell:
+        return Cell(release, device, release.time_limit_s or self.time_limit_s,
+                    index_url=release.index_url or self.index_url, find_links=release.find_links or self.find_links,
+                    offline=self.offline, hypothesis_profile=self.hypothesis_profile)
 
     def cell(self, torch: str, device: str) -> Cell:
         for cell in self.cells:
             if cell.torch == torch and cell.device.name == device:
                 return cell
         raise KeyError(f"{self.path}: no cell for torch {torch} on {device}")
+
+    def device(self, name: str) -> Device:
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise KeyError(f"{self.path}: no device {name!r} (devices: {', '.join(d.name for d in self.devices)})")
+
+    def cell_for_release(self, version: str, device: str) -> Cell:
+        """The cell of any release on a device of the matrix (bisect): a listed release's own
+        cell, otherwise the default pairing with the matrix-wide index and time limit."""
+        return self._cell(self.release(version), self.device(device))
+
+    def select(self, selectors: list[str]) -> list[Cell]:
+        """The cells named by cell names (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu),
+        in matrix order; every cell when there are none. KeyError names the first unknown one."""
+        cells = self.cells
+        for selector in selectors:
+            if not any(selector == c.name or selector in c.tags for c in cells):
+                raise KeyError(f"{self.path}: no cell or tag {selector!r} "
+                               "(a cell like torch-2.15.0-cpu, or a tag like torch-2.15.0 or device-cpu)")
+        return [c for c in cells if not selectors or any(s == c.name or s in c.tags for s in selectors)]
 
     def release(self, version: str) -> Release:
         """The matrix entry for a release, or the default pairing for one not listed (bisect)."""

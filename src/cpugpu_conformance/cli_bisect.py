@@ -1,0 +1,89 @@
+"""``cpugpu-conformance bisect GOOD BAD [--device D] [PYTEST_ARGS]``: the first release that changes the answer.
+
+Lists the final torch releases from GOOD to BAD on the matrix's index and binary-searches
+them (bisect.py), running each release as a cell: in its own environment,
+<envdir>/bisect-torch-<release> (default .nox/ in the checkout), with its result kept as
+<results>/bisect/torch-<release>-<device>.json. A release the matrix lists is paired as
+listed; another gets the default pairing (bisect needs releases matrix.yaml does not list).
+Options it does not know, and everything after ``--``, go to pytest.
+
+Exit 0: a change was found; 1: GOOD and BAD answer alike; 2: bad input, or a release at
+either end could not be tested; 130/143: stopped by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from cpugpu_conformance import bisect as bisecting
+from cpugpu_conformance import cell as cells
+from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
+from cpugpu_conformance.cli_cell import run_matrix_cell
+from cpugpu_conformance.cli_common import (
+    UsageError,
+    add_matrix_option,
+    add_results_option,
+    checkout,
+    default_results,
+    error,
+    interrupted_exit,
+    load_matrix,
+    parse,
+    parser_for,
+    refuse_owned_options,
+)
+
+PROG = "bisect"
+HELP = "find the first torch release between GOOD and BAD whose verdicts or observed behaviour change"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("good", metavar="GOOD", help="a release that answers as expected (2.3.1)")
+    parser.add_argument("bad", metavar="BAD", help="a later release that answers differently (2.6.0)")
+    parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
+    parser.add_argument("--envdir", type=Path, metavar="DIR",
+                        help="folder of the releases' environments (default: .nox in the checkout)")
+    add_matrix_option(parser)
+    add_results_option(parser)
+    parser.epilog = "Other options, and arguments after --, go to pytest."
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse(parser_for(PROG, HELP, add_arguments), argv, lenient=True)
+    return args if isinstance(args, int) else run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    pytest_args = getattr(args, "pytest_args", [])
+    try:
+        refuse_owned_options(pytest_args)
+        matrix = load_matrix(args.matrix)
+        device = args.device or matrix.devices[0].name
+        try:
+            matrix.device(device)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        for label, version in (("GOOD", args.good), ("BAD", args.bad)):
+            if not matrices.is_torch_version(version) or version == matrices.LATEST:
+                raise UsageError(f"{label} {version!r} is not a torch release like 2.13.0")
+        project = checkout()
+    except UsageError as exc:
+        return error(PROG, str(exc))
+    envdir = args.envdir or project / ".nox"
+    results_dir = (args.results or default_results()) / "bisect"
+
+    def run_release(version: str) -> Path:
+        cell = matrix.cell_for_release(version, device)
+        run_matrix_cell(cell, env_dir=envdir / f"bisect-torch-{version}", python_version=matrix.python,
+                        results_dir=results_dir, project_dir=project, pytest_args=pytest_args)
+        return results_dir / f"{cell.name}.json"
+
+    try:
+        return bisecting.run(args.good, args.bad, run_release, index_url=matrix.index_url)
+    except results.ResultPathBusy as exc:
+        return error(PROG, str(exc))
+    except cells.CellInterrupted as exc:
+        return interrupted_exit(exc.signum)

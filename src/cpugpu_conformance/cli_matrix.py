@@ -1,0 +1,167 @@
+"""``cpugpu-conformance matrix [--jobs N] [CELL|TAG...] [-- PYTEST_ARGS]``: the matrix, N cells at a time.
+
+Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own environment
+(<envdir>/<cell>, default .nox/ in the checkout: the ones ``cell`` makes and reuses) and its
+own result file and log (results/<cell>.json and .log). The output is one line when a cell
+starts (with its log) and one when it ends (its answer); ``--stream`` adds every line of
+every cell, prefixed by the cell's name. SIGINT or SIGTERM stops every running cell, each
+recording itself as interrupted, and starts no other. The run ends with the summary table
+of the cells it ran. Exit 0 only when every cell was clean; 1 otherwise; 2 for bad input;
+130 or 143 when a signal stopped it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cpugpu_conformance import cell as cells
+from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import parallel, results
+from cpugpu_conformance.cli_common import (
+    UsageError,
+    add_matrix_option,
+    add_results_option,
+    checkout,
+    default_results,
+    error,
+    interrupted_exit,
+    load_matrix,
+    parse,
+    parser_for,
+    refuse_owned_options,
+)
+
+PROG = "matrix"
+HELP = "run the matrix's cells (or those named) side by side, --jobs at a time, then the summary table"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds cpugpu_conformance/
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("select", nargs="*", metavar="CELL|TAG",
+                        help="only these cells (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu); default: all")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="cells at a time (default: the number of CPUs, %(default)s here)")
+    parser.add_argument("--envdir", type=Path, metavar="DIR",
+                        help="folder of the cells' environments, one per cell (default: .nox in the checkout)")
+    parser.add_argument("--stream", action="store_true", help="print every line of every cell, prefixed by its name")
+    add_matrix_option(parser)
+    add_results_option(parser)
+    parser.epilog = "Arguments after -- go to pytest in every cell (--promise 1,2)."
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse(parser_for(PROG, HELP, add_arguments), argv)
+    return args if isinstance(args, int) else run(args)
+
+
+def cell_job(matrix: matrices.Matrix, cell: matrices.Cell, *, envdir: Path, results_dir: Path,
+             pytest_args: Sequence[str]) -> parallel.Job:
+    """`cpugpu-conformance cell` for one cell, by the interpreter running this one."""
+    command = [sys.executable, "-m", "cpugpu_conformance", "cell", cell.torch, "--device", cell.device.name,
+               "--env", str(envdir / cell.name), "--matrix", str(Path(matrix.path).resolve()),
+               "--results", str(results_dir), "--", *pytest_args]
+    return parallel.Job(cell.name, command, log=results_dir / f"{cell.name}.log")
+
+
+def child_env() -> dict[str, str]:
+    """This package importable in every cell process (nox imports it from src/ without installing it),
+    and output passed on as it is printed."""
+    path = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
+
+
+def run(args: argparse.Namespace) -> int:
+    pytest_args = getattr(args, "pytest_args", [])
+    try:
+        if args.jobs < 1:
+            raise UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
+        refuse_owned_options(pytest_args)
+        matrix = load_matrix(args.matrix)
+        try:
+            chosen = matrix.select(args.select)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        project = checkout()
+    except UsageError as exc:
+        return error(PROG, str(exc))
+    results_dir = (args.results or default_results()).resolve()
+    envdir = (args.envdir or project / ".nox").resolve()
+    jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
+    print(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}", flush=True)
+    return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
+
+
+def run_cells(jobs: list[parallel.Job], max_jobs: int, results_dir: Path, *, stream: bool = False,
+              cwd: Path | None = None) -> int:
+    """Run the cells' commands side by side, then the summary table; the exit code of the whole run."""
+    progress = Progress(results_dir, len(jobs))
+    outcome = parallel.run_jobs(jobs, max_jobs, stream=stream, cwd=cwd, env=child_env(),
+                                on_start=progress.started, on_finish=progress.finished)
+    if outcome.signum is not None:
+        for done in outcome.finished:
+            record_if_stale(results_dir / f"{done.name}.json", done, outcome.signum)
+    return report(outcome, results_dir)
+
+
+class Progress:
+    """One line when a cell starts, one when it ends."""
+
+    def __init__(self, results_dir: Path, total: int) -> None:
+        self.results_dir, self.total, self.count = results_dir, total, 0
+
+    def started(self, job: parallel.Job) -> str:
+        self.count += 1
+        return f"[{self.count}/{self.total}] {job.name}: started (log: {job.log})"
+
+    def finished(self, done: parallel.Finished) -> str:
+        path = self.results_dir / f"{done.name}.json"
+        try:
+            answer = results.load(path).describe()
+        except results.ResultFileError as exc:
+            answer = f"no usable result ({exc})"
+        line = f"{done.name}: {answer} in {done.seconds:.1f} s"
+        if done.returncode not in (0, 1) and not _by_signal(done.returncode):
+            line += f"\n{done.name}: the cell command exited {done.returncode}; its last lines:\n" + "\n".join(
+                f"  {t}" for t in done.tail[-10:])
+        return line
+
+
+def _by_signal(returncode: int) -> bool:
+    return returncode < 0 or returncode > 128
+
+
+def record_if_stale(path: Path, done: parallel.Finished, signum: int) -> None:
+    """A cell stopped before it held its result path (its first moments) left the file of an
+    earlier run, or none: record it as interrupted, so no earlier pass stands for this run."""
+    try:
+        touched = path.stat().st_mtime >= done.started_at - 1
+    except OSError:
+        touched = False
+    if touched:
+        return  # this run's own answer (interrupted, or finished just before the signal)
+    try:
+        with results.exclusive(path):
+            results.new_result(done.name, "interrupted", detail=(
+                f"interrupted by {cells.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
+            )).write(path)
+    except results.ResultPathBusy:
+        pass  # another run is writing it: its answer, not ours
+
+
+def report(outcome: parallel.Outcome, results_dir: Path) -> int:
+    """The summary table of the cells that ran; the exit code of the whole run."""
+    names = [d.name for d in outcome.finished]
+    rows = cells.summarize(results_dir, names) if names else []
+    if rows:
+        print("\n" + cells.format_summary(rows), flush=True)
+    if outcome.not_started:
+        why = f"stopped by {cells.signal_name(outcome.signum)}" if outcome.signum else "not run"
+        print(f"not started ({why}): {', '.join(outcome.not_started)}", flush=True)
+    if outcome.signum is not None:
+        return interrupted_exit(outcome.signum)
+    odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
+    return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
