@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from . import checks
+from . import budget, checks
 from . import strategies as s
 from .scenarios import build
 
 # Every creation context is its own test (conftest parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
-PER_CONTEXT = settings(max_examples=max(10, settings.default.max_examples // 10))
+PER_CONTEXT = budget.share(10, floor=10)
 
 
 @pytest.mark.promise("1")

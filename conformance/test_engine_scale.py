@@ -10,15 +10,15 @@ vectorized, so an example costs milliseconds.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from . import checks
+from . import budget, checks
 from . import strategies as s
 from .scenarios import build
 
 # A few examples per size: what varies at this scale is the size, which is a parameter.
-ENGINE = settings(max_examples=max(2, settings.default.max_examples // 100))
+ENGINE = budget.share(100, floor=2)
 SIZES = pytest.mark.parametrize("size", s.ENGINE_SIZES, ids=lambda size: "x".join(map(str, size)))
 
 

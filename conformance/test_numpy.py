@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from . import checks, dtypes
+from . import budget, checks, dtypes
 from . import strategies as s
 from .scenarios import build
 from .snippets import CONSTRUCT
@@ -22,7 +22,7 @@ def test_numpy_view_shares_memory(Buffer, record, device, data):
 
 
 @pytest.mark.promise("5")
-@settings(max_examples=max(10, settings.default.max_examples // 10))
+@budget.share(10, floor=10)
 @given(data=st.data())
 def test_numpy_view_by_default(Buffer, record, device, data):
     """Callers rely on `.np` without passing the flag: with_numpy defaults to True."""

@@ -11,11 +11,12 @@ only one device has (its current stream, say) comes from the registry, devices.p
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cpugpu_conformance import devices
 
+from . import budget
 from . import strategies as s
 from .scenarios import build
 
@@ -58,7 +59,7 @@ def make():
 
 
 # Twelve-odd contexts, each its own test: a tenth of the examples each covers them all many times over.
-PER_CONTEXT = settings(max_examples=max(10, settings.default.max_examples // 10))
+PER_CONTEXT = budget.share(10, floor=10)
 
 
 @pytest.mark.promise("12")

@@ -236,3 +236,8 @@ def test_a_table_valued_probe_changes_entry_by_entry(tmp_path, capsys):
         'WARNING: observed torch behaviour dtypes.bcomplex32: (not probed) -> {"numpy": "raises TypeError"}',
         'WARNING: observed torch behaviour dtypes.float32: {"numpy": "float32"} -> {"numpy": "float64"}',
     ]
+
+
+def test_an_unknown_device_is_one_line_exit_2(tmp_path, capsys):
+    assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0"), "--device", "tpu") == 2
+    assert errors(capsys) == ["--device 'tpu': unknown device; expected one of cpu, cuda"]

@@ -570,10 +570,10 @@ class CellSpec:
         return self.results_dir / f".{self.name}.json.part"
 
     def remove_staging(self) -> None:
-        """The staging file and the lock the suite holds on it (results.exclusive's name for
-        it), which a killed suite leaves behind. Only while this run holds the result path."""
+        """The staging file and the lock the suite holds on it, which a killed suite leaves
+        behind. Only while this run holds the result path."""
         self.staging_path.unlink(missing_ok=True)
-        self.staging_path.with_name(f".{self.staging_path.name}.lock").unlink(missing_ok=True)
+        results.lock_path(self.staging_path).unlink(missing_ok=True)
 
     def requested(self) -> dict[str, Any]:
         asked: dict[str, Any] = {"device": self.device or "default", "hypothesis_profile": self.hypothesis_profile,

@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .promises import DEVICES
 from .results import CellResult, Comparison, ResultFileError, diff
 
 HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
@@ -100,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
         candidate = CellResult.load(args.candidate)
     except ResultFileError as exc:
         _error(str(exc))
+        return 2
+    unknown = [d for d in args.device or () if d not in DEVICES]
+    if unknown:
+        _error(f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}")
         return 2
     cmp = diff(baseline, candidate, devices=args.device)
     if not cmp.comparable:

@@ -730,6 +730,12 @@ class ResultPathBusy(Exception):
     """Another run is writing the same result file."""
 
 
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file ``exclusive`` holds beside a result file (a killed run leaves it behind)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold ``.<name>.lock`` beside the result file for the whole run; a second run refuses.
@@ -741,7 +747,7 @@ def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.with_name(f".{path.name}.lock")
+    lock = lock_path(path)
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
