@@ -13,19 +13,33 @@ Tests take the device as an argument. Where a test runs is single-sourced: its p
 from __future__ import annotations
 
 import os
+import sys
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from cpugpu_conformance import devices
 from cpugpu_conformance import impl as impl_loader
 from cpugpu_conformance.promises import DEVICES
 
-from . import recording, repro
+from . import recording
 from .contexts import contexts_for
-from .plan import DevicePlan, marked_devices, plan_devices, refused_plan, select_promises, wanted
-from .recording import IMPL, PLAN, PROMISE_FILTER, RECORD, WARNINGS
+from .plan import (
+    DevicePlan,
+    as_facts,
+    check_device_option,
+    from_facts,
+    marked_devices,
+    plan_devices,
+    refused_plan,
+    select_promises,
+    wanted,
+)
+from .recording import IMPL, PLAN, PROMISE_FILTER, RECORD, REFUSED, WARNINGS
+
+if TYPE_CHECKING:
+    from .repro import Record
 
 # Examples per test. The default keeps a development run in seconds; `ci` is
 # derandomized with no example database, so the same torch gives the same verdict.
@@ -71,12 +85,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "promise(*numbers): the CONTRACT.md promises a test checks")
+    config.addinivalue_line("markers", "devices(*names): the only devices a test runs on (devices.py names)")
+    config.addinivalue_line("markers", "costly: a test that takes many times the others (run first, for xdist's balance)")
+    config.stash[WARNINGS] = []
+    if _hands_tests_to_workers(config) and not config.getoption("cell_result"):
+        _configure_controller(config)
+        return
+    import torch
+
     # The suite checks semantics on tiny tensors: extra intra-op threads only fight
     # pytest-xdist workers for the cores.
     torch.set_num_threads(1)
-    config.addinivalue_line("markers", "promise(*numbers): the CONTRACT.md promises a test checks")
-    config.addinivalue_line("markers", "devices(*names): the only devices a test runs on (devices.py names)")
-    config.stash[WARNINGS] = []
     option = config.getoption("device")
     try:
         plan = plan_devices(option, devices.unavailable())
@@ -98,7 +118,51 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[IMPL] = _load_impl(config)
     except pytest.UsageError as exc:
         _record_usage_error(recorder, exc)
-        raise
+        if not hasattr(config, "workeroutput"):
+            raise
+        # A worker hands the refusal to the controller, which says it in one line: raised
+        # here it would be a traceback per worker, and workers restarted in a loop.
+        config.stash[REFUSED] = str(exc)
+    if hasattr(config, "workeroutput"):  # for the controller, which imported no torch
+        config.workeroutput[_WORKER_FACTS] = {
+            "plan": as_facts(plan),
+            "warnings": list(config.stash[WARNINGS]),
+            "refused": config.stash.get(REFUSED, None),
+        }
+
+
+def _hands_tests_to_workers(config: pytest.Config) -> bool:
+    """pytest-xdist's controller, which runs no test itself (with --collect-only it collects)."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and not config.getoption("collectonly")
+
+
+def _configure_controller(config: pytest.Config) -> None:
+    """The controller of ``-n N`` with no result to record needs no torch: it checks the options
+    (the same one-line errors) and starts the workers at once, rather than after importing
+    torch and the class under test for nothing. The device plan and warnings arrive from the
+    workers (pytest_testnodedown); a class that fails to import fails in every worker."""
+    check_device_option(config.getoption("device"))
+    config.stash[PROMISE_FILTER] = select_promises(config.getoption("promise"))
+    try:
+        impl_loader.check(config.getoption("impl"))
+    except impl_loader.ImplError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[PLAN] = None
+
+
+# The key of what a worker tells the controller in its workeroutput (plain data).
+_WORKER_FACTS = "cpugpu_conformance"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """In the controller: the plan and warnings of the first worker to finish (they all agree)."""
+    facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+    if facts and node.config.stash.get(PLAN, None) is None:
+        node.config.stash[PLAN] = from_facts(facts["plan"])
+        node.config.stash[WARNINGS] = facts["warnings"]
+        if facts["refused"]:
+            node.config.stash[REFUSED] = facts["refused"]
 
 
 def _is_controller(config: pytest.Config) -> bool:
@@ -111,6 +175,8 @@ def _start_recorder(config: pytest.Config, plan: DevicePlan, chosen: frozenset[s
     path = config.getoption("cell_result")
     if not path or not _is_controller(config):
         return None
+    import torch
+
     name = config.getoption("cell_name") or f"torch-{torch.__version__.split('+')[0]}"
     profile = config.getoption("hypothesis_profile", None) or DEFAULT_PROFILE
     recorder = recording.CellRecorder(config, path, name, plan, chosen, config.getoption("impl"), profile)
@@ -166,9 +232,13 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
-    items.sort(key=lambda item: not item.name.startswith("test_original_bug"))
+    # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
+    # handed out last leaves the other workers idle while it runs.
+    items.sort(key=lambda item: (not item.name.startswith("test_original_bug"), item.get_closest_marker("costly") is None))
     keep, drop = [], []
-    for item in items:
+    if REFUSED in config.stash:  # a worker that could not load the class runs nothing
+        keep, drop = [], list(items)
+    for item in items if REFUSED not in config.stash else ():
         (keep if _wanted(item, config.stash[PROMISE_FILTER]) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -182,9 +252,11 @@ def Buffer(pytestconfig: pytest.Config):
 
 
 @pytest.fixture
-def record(request: pytest.FixtureRequest) -> repro.Record:
+def record(request: pytest.FixtureRequest) -> Record:
     """This test's reproducer, blame and observation, kept on its item for its report."""
-    rec = repro.Record(request.config.stash[IMPL].import_code)
+    from .repro import Record
+
+    rec = Record(request.config.stash[IMPL].import_code)
     request.node.stash[RECORD] = rec
     return rec
 
@@ -199,13 +271,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every requested device missing means nothing was tested: never let that read as a pass.
-    if session.config.stash[PLAN].nothing_testable and exitstatus == pytest.ExitCode.OK:
+    if REFUSED in session.config.stash:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    plan = session.config.stash[PLAN]  # None: a controller no worker reported to (the run failed)
+    if plan is not None and plan.nothing_testable and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if REFUSED in config.stash and _is_controller(config):  # on stderr, as pytest says a usage error
+        sys.stderr.write(f"ERROR: {config.stash[REFUSED]}\n")
     plan = config.stash[PLAN]
-    if plan.nothing_testable:
+    if plan is not None and plan.nothing_testable:
         reasons = "; ".join(f"{d}: {r}" for d, r in plan.skipped.items())
         terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)
     for warning in config.stash[WARNINGS]:

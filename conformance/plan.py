@@ -40,14 +40,13 @@ class DevicePlan:
 def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePlan:
     """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
     this machine cannot test it (devices.unavailable())."""
+    check_device_option(option)
     if option is None:
         return DevicePlan(
             None,
             tuple(d for d in DEVICES if d not in unavailable),
             not_requested={d: f"not requested (default: the devices this machine has): {why}" for d, why in unavailable.items()},
         )
-    if option != "all" and option not in DEVICES:
-        raise pytest.UsageError(f"--device {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
     wanted = list(DEVICES) if option == "all" else [option]
     return DevicePlan(
         option,
@@ -55,6 +54,21 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
         skipped={d: unavailable[d] for d in wanted if d in unavailable},
         not_requested={d: f"not requested (--device {option})" for d in DEVICES if d not in wanted},
     )
+
+
+def check_device_option(option: str | None) -> None:
+    """--device names a device of the registry, or all (None: the default)."""
+    if option is not None and option != "all" and option not in DEVICES:
+        raise pytest.UsageError(f"--device {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
+
+
+def as_facts(plan: DevicePlan) -> dict[str, object]:
+    """The plan as plain data, which pytest-xdist carries from a worker to the controller."""
+    return {"option": plan.option, "tested": list(plan.tested), "skipped": dict(plan.skipped), "not_requested": dict(plan.not_requested)}
+
+
+def from_facts(facts: Mapping[str, object]) -> DevicePlan:
+    return DevicePlan(facts["option"], tuple(facts["tested"]), dict(facts["skipped"]), dict(facts["not_requested"]))
 
 
 def refused_plan(option: str | None) -> DevicePlan:

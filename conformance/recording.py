@@ -17,7 +17,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,15 +25,19 @@ from cpugpu_conformance import devices, results
 from cpugpu_conformance.promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies
 
 from .plan import DevicePlan, in_contract_order
-from .repro import Record
+
+if TYPE_CHECKING:  # repro imports torch, which xdist's controller never needs
+    from .repro import Record
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()
-PLAN = pytest.StashKey[DevicePlan]()
+PLAN: pytest.StashKey[DevicePlan | None] = pytest.StashKey()  # None: xdist's controller, until a worker reports
 PROMISE_FILTER = pytest.StashKey[Any]()
 WARNINGS = pytest.StashKey[list]()
+# The one-line refusal of an xdist worker that could not load the class under test.
+REFUSED = pytest.StashKey[str]()
 # The test's own Record (reproducer, blame, observation), put on its item by the fixture.
-RECORD = pytest.StashKey[Record]()
+RECORD: pytest.StashKey[Record] = pytest.StashKey()
 
 REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
 

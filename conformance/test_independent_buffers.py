@@ -40,6 +40,7 @@ def _make(i: int) -> str:
 
 
 @pytest.mark.promise("13")
+@pytest.mark.costly
 @given(data=st.data())
 def test_buffers_are_independent(Buffer, record, device, data):
     specs = data.draw(buffer_specs(device), label="buffers")

@@ -190,6 +190,7 @@ class BufferMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.promise("3", "5", "8", "9")
+@pytest.mark.costly
 @pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
 def test_buffer_state_machine(Buffer, record, device, shard):
     attrs = {"Buffer": Buffer, "record": record, "device": device, "shard": shard}

@@ -34,13 +34,48 @@ def pytest_suite(*args: str, timeout: float = 300) -> subprocess.CompletedProces
         (f"{TESTS / 'bad_impls.py'}:NOT_A_CLASS", "not a class"),
     ],
 )
-def test_bad_impl_is_a_one_line_usage_error(impl, culprit):
-    proc = pytest_suite("--impl", impl)
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_bad_impl_is_a_one_line_usage_error(impl, culprit, xdist):
+    # With -n the controller only checks that the spec names something; a class that fails
+    # to load fails in the workers, which hand the refusal back: still one line, exit 4.
+    proc = pytest_suite("--impl", impl, *xdist)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert culprit in lines[0] and impl in lines[0], lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_impl_failing_at_import_under_xdist_is_one_line(tmp_path):
+    impl = tmp_path / "boom.py"
+    impl.write_text("raise RuntimeError('boom at import')\n")
+    proc = pytest_suite("--impl", f"{impl}:Buffer", "-n", "2")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert _one_line(proc) == f"ERROR: --impl '{impl}:Buffer': importing '{impl}' failed: RuntimeError: boom at import"
+    assert "node down" not in proc.stdout and "passed" not in proc.stdout
+
+
+def test_xdist_controller_imports_no_torch(tmp_path):
+    """The controller of -n N runs no test: it must not import torch or the class before
+    starting the workers (that import is what -n 2 would otherwise pay twice, in series)."""
+    probe = tmp_path / "controller.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-p", "controller_probe",
+         "-n", "2", "--promise", "11"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "CONTROLLER_PROBE": str(probe), "PYTHONPATH": str(TESTS)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout.splitlines()[-1]
+    assert json.loads(probe.read_text()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_nothing_testable_under_xdist_is_never_a_pass():
+    """The plan comes from the workers: every asked device missing still reads as untested."""
+    proc = pytest_suite("--device", "cuda", "-n", "2")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "nothing was tested: no requested device is available (cuda: no CUDA device" in proc.stdout
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -114,8 +114,30 @@ def load(spec: str) -> Impl:
     return Impl(spec=spec, cls=cls, import_code=import_code, replaced_torch=replaced)
 
 
+def _is_path(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def check(spec: str) -> None:
+    """The one-line error load() gives for a spec that names no module or file, without running
+    the module: for a process that only hands the tests to others (pytest-xdist's controller)."""
+    target, _ = _split(spec)
+    if _is_path(target):
+        if not Path(target).resolve().is_file():
+            raise ImplError(f"--impl {spec!r}: no such file {str(Path(target).resolve())!r}")
+        return
+    try:
+        found = importlib.util.find_spec(target)  # imports the parent packages only
+    except ModuleNotFoundError as exc:
+        raise ImplError(f"--impl {spec!r}: no module named {exc.name!r}") from None
+    except Exception as exc:
+        raise ImplError(f"--impl {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from None
+    if found is None:
+        raise ImplError(f"--impl {spec!r}: no module named {target!r}")
+
+
 def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    if _is_path(target):
         path = Path(target).resolve()
         if not path.is_file():
             raise ImplError(f"--impl {spec!r}: no such file {str(path)!r}")
