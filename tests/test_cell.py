@@ -382,6 +382,33 @@ def test_the_suite_process_writes_its_result_then_skips_the_interpreters_teardow
     assert slow.returncode == 1 and (control / "torn-down").exists(), "python -m pytest tears the interpreter down"
 
 
+# Marks a gc.collect() called after the session finished (pytest's closing collections);
+# automatic collections are turned off then, so that only a called one counts.
+GC_WATCH = """
+import gc
+from pathlib import Path
+_finished = []
+def pytest_sessionfinish(session, exitstatus):
+    gc.disable()
+    _finished.append(True)
+def _watch(phase, info):
+    if phase == "start" and info["generation"] == 2 and _finished:
+        Path({folder!r}, "collected-after-the-session").touch()
+gc.callbacks.append(_watch)
+"""
+
+
+def test_the_suite_process_skips_pytests_closing_garbage_collection(tmp_path: Path) -> None:
+    fast, control = tmp_path / "fast", tmp_path / "control"
+    for folder, launcher in ((fast, None), (control, ["-m", "pytest"])):
+        folder.mkdir()
+        (folder / "conftest_gc.py").write_text(GC_WATCH.format(folder=str(folder)))
+        proc = suite_process(folder, PASSING, "-p", "conftest_gc", launcher=launcher)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (control / "collected-after-the-session").exists(), "python -m pytest collects garbage at its end"
+    assert not (fast / "collected-after-the-session").exists(), "the cell's test process does not"
+
+
 def test_an_interpreter_without_pytest_fails_like_python_m_pytest(tmp_path: Path) -> None:
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
