@@ -14,7 +14,10 @@
     the cache, so .nox/ adds little).
 (d) --cold-matrix: the whole default matrix with an empty uv cache (a private one, so
     other work on this machine keeps its cache) and fresh environments; prints the wall
-    time and the disk it took, then deletes it (--keep to look at it). Target: 15 min.
+    time and the disk it took, then deletes it (--keep to look at it). Before it, in the
+    same run, the bare side: uv venv + uv pip install + import torch of every release,
+    from its own empty cache (deleted before the matrix starts, so one cache at a time);
+    the ratio is (matrix - the suites' own time) / bare. Targets: 15 min; ratio 1.30.
 (e) --releases A,B,C: per release, what a cell adds to the bare minimum. Bare: `uv venv`,
     `uv pip install torch==X numpy...` (the release's own pins), `python -c "import torch"`.
     Cell: `nox -t torch-X` in a new environment (create, install torch, numpy and the
@@ -95,7 +98,7 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
     nox_run = [*nox_cmd(), "--envdir", str(envdir), "-t", tag, "--", *PYTEST_ARGS]
     timed(nox_run, env)  # makes the environment; not measured
     [venv] = [p for p in envdir.iterdir() if p.is_dir() and "conformance" in p.name]
-    m = matrix.load(ROOT / "matrix.yaml")
+    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
     direct = [str(cell.env_python(venv)), "-m", "pytest", "conformance", "--cell-result", str(workdir / "direct.json"),
               "--cell-name", "direct", "--hypothesis-profile", m.hypothesis_profile, "-p", "no:cacheprovider",
               "--device", "cpu", *PYTEST_ARGS]
@@ -109,7 +112,7 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
 
 
 def env_creation(release: str, repeat: int, workdir: Path) -> None:
-    m = matrix.load(ROOT / "matrix.yaml")
+    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
     rel = m.release(release)
     uv = cell.find_uv() or "uv"
     ours, bare = [], []
@@ -143,6 +146,20 @@ def disk() -> None:
 
 
 def cold_matrix(workdir: Path, keep: bool) -> None:
+    """(d): a bare install + import of every release of the matrix, then the matrix itself, each
+    from its own empty uv cache (one cache on disk at a time), in the same run."""
+    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+    releases = list(dict.fromkeys(c.torch for c in m.cells if c.device.name == "cpu"))
+    bare_cache = workdir / "uv-cache-bare"
+    bare_env = dict(os.environ, UV_CACHE_DIR=str(bare_cache))
+    print(f"(d) bare side: uv venv + uv pip install + import torch, {len(releases)} releases, one empty cache:", flush=True)
+    bare = {}
+    for release in releases:
+        bare[release] = bare_install(release, workdir, bare_env)
+        print(f"  torch {release}: {bare[release]:.1f} s (cache now {gb(du_bytes(bare_cache))})", flush=True)
+    bare_total, bare_disk = sum(bare.values()), du_bytes(bare_cache)
+    shutil.rmtree(bare_cache, ignore_errors=True)
+
     cache, envdir, out = workdir / "uv-cache", workdir / "nox", workdir / "results"
     env = dict(os.environ, UV_CACHE_DIR=str(cache), CONFORMANCE_RESULTS=str(out))
     started = time.perf_counter()
@@ -150,9 +167,13 @@ def cold_matrix(workdir: Path, keep: bool) -> None:
     elapsed = time.perf_counter() - started
     rows = cell.summarize(out)
     print(cell.format_summary(rows))
+    suite = sum(r.duration_s or 0.0 for r in rows)
     print(f"(d) whole default matrix, cold cache: {elapsed / 60:.1f} min for {len(rows)} cells (nox exit {proc.returncode}; "
           f"target 15 min); disk {gb(du_bytes(cache, envdir))} (uv cache {gb(du_bytes(cache))}, environments add "
           f"{gb(du_bytes(cache, envdir) - du_bytes(cache))}, apparent {gb(du_bytes(envdir))})")
+    print(f"(d) bare install + import of the same {len(releases)} releases, cold: {bare_total / 60:.1f} min, cache "
+          f"{gb(bare_disk)}; matrix {elapsed:.0f} s - the suites' own {suite:.0f} s = {elapsed - suite:.0f} s; "
+          f"ratio {(elapsed - suite) / bare_total:.2f} (target <= 1.30)", flush=True)
     if keep:
         print(f"kept in {workdir}")
 
@@ -166,7 +187,7 @@ def fresh_dir(workdir: Path, name: str) -> Path:
 def bare_install(release: str, workdir: Path, env: dict[str, str], extra: list[str] | None = None,
                  requirements: list[str] | None = None) -> float:
     """uv venv + uv pip install torch==X numpy... + import torch, in a new environment; seconds."""
-    m = matrix.load(ROOT / "matrix.yaml")
+    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
     uv = cell.find_uv() or "uv"
     target = fresh_dir(workdir, "bare")
     python = str(cell.env_python(target))
