@@ -2,6 +2,8 @@
 
 Runs, in this environment, one after another:
   import torch   `python -c "import torch"`: what every run pays before testing anything
+  ceiling        a CPU-bound loop in two processes at once against one after the other:
+                 the most any -n 2 can gain on this machine
   collect        pytest --collect-only (interpreter, torch import, collection): the fixed cost
   default        the whole suite against the reference, default profile (and with -n 2)
   ci             the whole suite, ci profile (derandomized), serial and with -n 2
@@ -57,6 +59,24 @@ def import_torch() -> tuple[float]:
     return (time.perf_counter() - t0,)
 
 
+_SPIN = "x = 0\nfor i in range(20_000_000):\n    x += i\n"
+
+
+def parallel_ceiling() -> tuple[float]:
+    """What two processes side by side get from this machine: the same CPU-bound loop twice in
+    a row against twice at once (1.0: no gain; 2.0: two free cores). No -n 2 can beat it."""
+    spin = [sys.executable, "-c", _SPIN]
+    t0 = time.perf_counter()
+    subprocess.run(spin, check=True)
+    subprocess.run(spin, check=True)
+    serial = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    both = [subprocess.Popen(spin) for _ in range(2)]
+    for proc in both:
+        proc.wait()
+    return (serial / (time.perf_counter() - t0),)
+
+
 def first_failure(args: list[str]) -> tuple[float, float]:
     """Seconds from process start, and from pytest's session start, to the first FAILED line."""
     t0 = time.perf_counter()
@@ -89,6 +109,7 @@ def main() -> int:
         return runs[len(runs) // 2]
 
     torch_import = median(import_torch)[0]
+    ceiling = median(parallel_ceiling)[0]
     baseline = median(timed, ["--collect-only"])
     rows = [
         ("default", median(timed, [])),
@@ -106,11 +127,12 @@ def main() -> int:
     ci, ci_n2 = rows[2][1], rows[3][1]
     print(f"ci serial test time / import torch: {ci[1] / torch_import:.2f}x (target at most 5x)")
     print(f"ci -n 2 speed-up over serial: {ci[0] / ci_n2[0]:.2f}x wall, {ci[1] / ci_n2[1]:.2f}x test time (target at least 1.5x)")
+    # Each xdist worker imports torch, hypothesis and pytest and collects before its first test
+    # (about the collect-only time), and the cores give no more than the ceiling.
+    print(f"this machine's ceiling for two processes: {ceiling:.2f}x (a CPU-bound loop twice at once against twice in a row)")
     if options.thorough:
         (_, serial), (_, parallel) = rows[4], rows[5]
         print(f"thorough -n 2 speed-up over serial: {serial[0] / parallel[0]:.2f}x wall, {serial[1] / parallel[1]:.2f}x test time")
-    # Each xdist worker imports torch and collects again before its first test (seconds):
-    # -n 2 pays off only once the tests outweigh that start-up.
     print(f"ci peak memory: {ci[3]:.2f} GiB serial, {ci_n2[3]:.2f} GiB largest process with -n 2 (target under 1.5 GiB)")
     from_start, from_session = median(first_failure, ["--impl", "cpugpu_conformance.variants:PreFixCpuGpuBuffer"])
     print(

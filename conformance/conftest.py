@@ -235,11 +235,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
     # handed out last leaves the other workers idle while it runs.
     items.sort(key=lambda item: (not item.name.startswith("test_original_bug"), item.get_closest_marker("costly") is None))
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     if REFUSED in config.stash:  # a worker that could not load the class runs nothing
-        keep, drop = [], list(items)
-    for item in items if REFUSED not in config.stash else ():
-        (keep if _wanted(item, config.stash[PROMISE_FILTER]) else drop).append(item)
+        drop = list(items)
+    else:
+        for item in items:
+            (keep if _wanted(item, config.stash[PROMISE_FILTER]) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
