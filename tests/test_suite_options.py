@@ -70,6 +70,17 @@ def test_xdist_controller_imports_no_torch(tmp_path):
     assert json.loads(probe.read_text()) == []
 
 
+def test_class_that_kills_every_worker_at_import_is_never_a_pass(tmp_path):
+    """The controller of -n does not import the class; a class whose import kills the process
+    takes every worker down: the run ends, non-zero, saying nothing was tested."""
+    impl = tmp_path / "segfaults_at_import.py"
+    impl.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    proc = pytest_suite("--impl", f"{impl}:Buffer", "-n", "2")
+    assert proc.returncode not in (0, 1), proc.stdout + proc.stderr
+    assert "no pytest-xdist worker finished its start-up" in proc.stdout and "nothing was tested" in proc.stdout
+    assert " passed" not in proc.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_nothing_testable_under_xdist_is_never_a_pass():
     """The plan comes from the workers: every asked device missing still reads as untested."""
