@@ -285,10 +285,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if REFUSED in config.stash and _is_controller(config):  # on stderr, as pytest says a usage error
         sys.stderr.write(f"ERROR: {config.stash[REFUSED]}\n")
     plan = config.stash[PLAN]
-    if plan is None and _hands_tests_to_workers(config):
+    # Workers report when they finish; none did and nobody pressed Ctrl-C: they all went down.
+    if plan is None and _hands_tests_to_workers(config) and exitstatus != pytest.ExitCode.INTERRUPTED:
         terminalreporter.write_line(
-            "no pytest-xdist worker finished its start-up (see the 'node down' lines above): nothing was "
-            "tested; the same command without -n shows why", red=True)
+            "no pytest-xdist worker finished its run (see the 'node down' lines above): the run is not a "
+            "pass; the same command without -n shows why", red=True)
     if plan is not None and plan.nothing_testable:
         reasons = "; ".join(f"{d}: {r}" for d, r in plan.skipped.items())
         terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
 import torch
-from suite_runner import REPO, TESTS, run_suite
+from suite_runner import REPO, SLEEPING_IMPL, TESTS, run_suite
 
 from cpugpu_conformance import results
 
@@ -77,8 +80,34 @@ def test_class_that_kills_every_worker_at_import_is_never_a_pass(tmp_path):
     impl.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     proc = pytest_suite("--impl", f"{impl}:Buffer", "-n", "2")
     assert proc.returncode not in (0, 1), proc.stdout + proc.stderr
-    assert "no pytest-xdist worker finished its start-up" in proc.stdout and "nothing was tested" in proc.stdout
+    assert "no pytest-xdist worker finished its run" in proc.stdout and "the run is not a pass" in proc.stdout
     assert " passed" not in proc.stdout
+
+
+def test_ctrl_c_under_xdist_is_interrupted_and_says_nothing_else(tmp_path):
+    """Ctrl-C reaches the controller and its workers (the terminal's process group): exit 2,
+    pytest's own interrupted summary, and no claim that the workers went down."""
+    marker = tmp_path / "testing.marker"
+    impl = tmp_path / "sleeping_impl.py"
+    impl.write_text(SLEEPING_IMPL.format(marker=str(marker)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-n", "2", "--impl", f"{impl}:Sleeper"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "no test started"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, out
+    assert "KeyboardInterrupt" in out
+    assert "worker finished" not in out and " passed" not in out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
