@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -64,11 +66,11 @@ def check_device_option(option: str | None) -> None:
 
 def as_facts(plan: DevicePlan) -> dict[str, object]:
     """The plan as plain data, which pytest-xdist carries from a worker to the controller."""
-    return {"option": plan.option, "tested": list(plan.tested), "skipped": dict(plan.skipped), "not_requested": dict(plan.not_requested)}
+    return dataclasses.asdict(plan)
 
 
-def from_facts(facts: Mapping[str, object]) -> DevicePlan:
-    return DevicePlan(facts["option"], tuple(facts["tested"]), dict(facts["skipped"]), dict(facts["not_requested"]))
+def from_facts(facts: Mapping[str, Any]) -> DevicePlan:
+    return DevicePlan(**{**facts, "tested": tuple(facts["tested"])})
 
 
 def refused_plan(option: str | None) -> DevicePlan:

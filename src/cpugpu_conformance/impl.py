@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,24 +125,35 @@ def check(spec: str) -> None:
     the module: for a process that only hands the tests to others (pytest-xdist's controller)."""
     target, _ = _split(spec)
     if _is_path(target):
-        if not Path(target).resolve().is_file():
-            raise ImplError(f"--impl {spec!r}: no such file {str(Path(target).resolve())!r}")
+        _existing_file(spec, target)
         return
-    try:
+    with _module_errors(spec, target):
         found = importlib.util.find_spec(target)  # imports the parent packages only
-    except ModuleNotFoundError as exc:
-        raise ImplError(f"--impl {spec!r}: no module named {exc.name!r}") from None
-    except Exception as exc:
-        raise ImplError(f"--impl {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from None
     if found is None:
         raise ImplError(f"--impl {spec!r}: no module named {target!r}")
 
 
+def _existing_file(spec: str, target: str) -> Path:
+    path = Path(target).resolve()
+    if not path.is_file():
+        raise ImplError(f"--impl {spec!r}: no such file {str(path)!r}")
+    return path
+
+
+@contextlib.contextmanager
+def _module_errors(spec: str, target: str) -> Iterator[None]:
+    """Looking up or importing the module ``target``: its failure as one line."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise ImplError(f"--impl {spec!r}: no module named {exc.name!r}") from None
+    except Exception as exc:
+        raise ImplError(f"--impl {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from None
+
+
 def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
     if _is_path(target):
-        path = Path(target).resolve()
-        if not path.is_file():
-            raise ImplError(f"--impl {spec!r}: no such file {str(path)!r}")
+        path = _existing_file(spec, target)
         name = f"_cpugpu_impl_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:
@@ -160,12 +173,8 @@ def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
         )
         where = str(path)
     else:
-        try:
+        with _module_errors(spec, target):
             module = importlib.import_module(target)
-        except ModuleNotFoundError as exc:
-            raise ImplError(f"--impl {spec!r}: no module named {exc.name!r}") from None
-        except Exception as exc:
-            raise ImplError(f"--impl {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from None
         if "." in attr:
             import_code = f"import {target}\nBuffer = {target}.{attr}\n"
         else:
