@@ -60,6 +60,11 @@ from cpugpu_conformance import cell, matrix, results  # noqa: E402
 PYTEST_ARGS = ["--promise", "1"]  # the overhead does not depend on how much the suite tests
 
 
+def the_matrix() -> matrix.Matrix:
+    """The matrix nox runs: $CONFORMANCE_MATRIX, else matrix.yaml."""
+    return matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+
+
 def nox_cmd() -> list[str]:
     found = shutil.which("nox")
     return [found] if found else [sys.executable, "-m", "nox"]
@@ -100,7 +105,7 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
     nox_run = [*nox_cmd(), "--envdir", str(envdir), "-t", tag, "--", *PYTEST_ARGS]
     timed(nox_run, env)  # makes the environment; not measured
     [venv] = [p for p in envdir.iterdir() if p.is_dir() and "conformance" in p.name]
-    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+    m = the_matrix()
     direct = [str(cell.env_python(venv)), "-m", "pytest", "conformance", "--cell-result", str(workdir / "direct.json"),
               "--cell-name", "direct", "--hypothesis-profile", m.hypothesis_profile, "-p", "no:cacheprovider",
               "--device", "cpu", *PYTEST_ARGS]
@@ -114,7 +119,7 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
 
 
 def env_creation(release: str, repeat: int, workdir: Path) -> None:
-    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+    m = the_matrix()
     rel = m.release(release)
     uv = cell.find_uv() or "uv"
     ours, bare = [], []
@@ -151,7 +156,7 @@ def whole_matrix(workdir: Path, keep: bool, cold: bool) -> None:
     """(d): a bare install + import of every release of the matrix, then the matrix itself, in
     the same run. Cold: each side from its own empty uv cache (one cache on disk at a time);
     warm: both from uv's own cache, which must hold the wheels already."""
-    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+    m = the_matrix()
     releases = list(dict.fromkeys(c.torch for c in m.cells if c.device.name == "cpu"))
     state = "cold" if cold else "warm"
     bare_cache = workdir / "uv-cache-bare" if cold else uv_cache_dir()
@@ -195,7 +200,7 @@ def fresh_dir(workdir: Path, name: str) -> Path:
 def bare_install(release: str, workdir: Path, env: dict[str, str], extra: list[str] | None = None,
                  requirements: list[str] | None = None) -> float:
     """uv venv + uv pip install torch==X numpy... + import torch, in a new environment; seconds."""
-    m = matrix.load(os.environ.get("CONFORMANCE_MATRIX") or ROOT / "matrix.yaml")
+    m = the_matrix()
     uv = cell.find_uv() or "uv"
     target = fresh_dir(workdir, "bare")
     python = str(cell.env_python(target))
@@ -274,7 +279,7 @@ def cpu_only(release: str, workdir: Path, wheels: str | None, index_url: str | N
     cache = fresh_dir(Path(tempfile.gettempdir()), "bench-uv-cache-cpu")
     env = dict(os.environ, UV_CACHE_DIR=str(cache))
     source = ["--find-links", wheels] if wheels else ["--extra-index-url", str(index_url)]
-    requirements = [f"torch=={release}+cpu", *matrix.load(ROOT / "matrix.yaml").release(release).requirements()[1:]]
+    requirements = [f"torch=={release}+cpu", *the_matrix().release(release).requirements()[1:]]
     try:
         seconds = bare_install(release, workdir, env, extra=source, requirements=requirements)
         size = du_bytes(cache)
@@ -337,6 +342,10 @@ def main() -> int:
     parser.add_argument("--parallel", metavar="A,B,C,D", help="(f): releases of the warm matrix, --jobs 2 against --jobs 1")
     parser.add_argument("--parallel-promise", default="1,2,3,4,5", help="(f): the suite subset each cell runs")
     args = parser.parse_args()
+    try:
+        the_matrix()
+    except matrix.MatrixError as exc:
+        raise SystemExit("\n".join(exc.lines)) from None
     workdir = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir=os.environ.get("BENCH_TMP")))
     try:
         if not args.skip_warm:
