@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from child_signals import default_sigint
 
 from cpugpu_conformance import cell, results
 from cpugpu_conformance.cell import CellSpec, Install, torch_mismatch
@@ -422,7 +423,8 @@ def test_ctrl_c_in_the_suite_process_is_pytests_interrupted_exit(tmp_path: Path)
     (tmp_path / "test_it.py").write_text(
         f"import time\ndef test_waits():\n    open({str(started)!r}, 'w').close()\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", cell.SUITE_LAUNCHER, str(tmp_path), "-p", "no:cacheprovider"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)  # a background job's SIGINT is ignored, and inherited
     try:
         wait_for(started.exists, "the test to start", timeout=60)
         proc.send_signal(signal.SIGINT)
