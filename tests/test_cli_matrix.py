@@ -8,6 +8,7 @@ these tests run with (its wheels are in uv's cache).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -139,6 +140,40 @@ def test_cell_on_a_busy_result_path_is_one_line_exit_2(tmp_path, capsys):
     with results.exclusive(out / "torch-98.0.0-cpu.json"):
         assert cli.main(["cell", "98.0.0", "--matrix", str(m), "--results", str(out), "--env", str(tmp_path / "env")]) == 2
     assert "another run is writing this result file" in one_error(capsys, "cell")
+
+
+def _results_it_cannot_write(tmp_path: Path, how: str) -> tuple[Path, str]:
+    """A results folder the cell cannot write (as root too, except read-only), and the culprit its error names."""
+    if how == "a-file":
+        (tmp_path / "results").write_text("not a folder")
+        return tmp_path / "results", f"cannot hold result files: {tmp_path / 'results'} is not a folder (--results)"
+    if how == "under-a-file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken" / "results", f"cannot hold result files: {tmp_path / 'taken'} is not a folder (--results)"
+    out = tmp_path / "results"
+    out.mkdir()
+    if how == "lock-is-a-folder":
+        lock = results.lock_path(out / "torch-98.0.0-cpu.json")
+        lock.mkdir()
+        return out, f"{out}: cannot write the cell's result and log there ({lock}: Is a directory)"
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    out.chmod(0o555)
+    return out, f"{out}: cannot write the cell's result and log there ({results.lock_path(out / 'torch-98.0.0-cpu.json')}: "
+
+
+@pytest.mark.parametrize("how", ["a-file", "under-a-file", "lock-is-a-folder", "read-only"])
+def test_cell_on_results_it_cannot_write_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, how):
+    out, message = _results_it_cannot_write(tmp_path, how)
+    try:
+        code = cli.main(["cell", "98.0.0", "--matrix", str(write_matrix(tmp_path)), "--results", str(out),
+                         "--env", str(tmp_path / "env")])
+        assert code == 2
+        assert message in one_error(capsys, "cell")
+        assert not (tmp_path / "env").exists()
+    finally:
+        if out.is_dir():
+            out.chmod(0o755)
 
 
 def test_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path):

@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -100,6 +100,40 @@ SUITE_LAUNCHER = (
     "or config.stash.__setitem__(k, 0)); "
     "code = pytest.main(sys.argv[1:], plugins=[no_final_gc]); sys.stdout.flush(); sys.stderr.flush(); os._exit(int(code))"
 )
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def write_out(text: str, out: IO[str] | None = None) -> None:
+    """Write ``text`` to ``out`` (stdout) and flush it. A closed output (the terminal went away,
+    ``| head -1``) ends the printing, never the run: the stream's descriptor is pointed at
+    /dev/null, so later writes, and the interpreter's last flush, go nowhere without an error."""
+    out = sys.stdout if out is None else out
+    try:
+        out.write(text)
+        out.flush()
+    except (OSError, ValueError):  # EPIPE, EIO (a hung-up terminal), a closed file
+        _silence(out)
+
+
+def say(line: str, out: IO[str] | None = None) -> None:
+    """One line of output (see write_out)."""
+    write_out(line + "\n", out)
+
+
+def _silence(out: IO[str]) -> None:
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a file descriptor (a test's StringIO): nothing to redirect
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    with contextlib.suppress(OSError, ValueError):
+        out.flush()  # what was buffered goes to /dev/null now
 
 
 # ---------------------------------------------------------------------------- environments
@@ -234,7 +268,7 @@ def run_installer(cmd: Sequence[str], *, log_path: Path | None = None, heartbeat
     stops the installer first.
     """
     cmd = [str(c) for c in cmd]
-    print(f"cell: {' '.join(cmd)}", flush=True)
+    say(f"cell: {' '.join(cmd)}")
     progress = _InstallProgress()
     with open(log_path, "a", encoding="utf-8") if log_path else contextlib.nullcontext() as log:
         if log:
@@ -277,14 +311,13 @@ def _pass_lines(lines: queue.Queue[str | None], progress: _InstallProgress, log:
         try:
             line = lines.get(timeout=max(0.0, quiet_since + heartbeat_s - time.monotonic()))
         except queue.Empty:
-            print(progress.heartbeat(log_path), flush=True)
+            say(progress.heartbeat(log_path))
             quiet_since = time.monotonic()
             continue
         if line is None:
             return
         progress.add(line)
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        say(line)
         if log:
             log.write(line + "\n")
             log.flush()
@@ -355,7 +388,7 @@ def _environment(probe: dict[str, Any]) -> dict[str, Any]:
 
 
 class CellInterrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT (a CI cancel, Ctrl-C) reached the cell runner.
+    """SIGTERM, SIGINT or SIGHUP (a CI cancel, Ctrl-C, the terminal closed) reached the cell runner.
 
     A KeyboardInterrupt, so that nox stops the whole run as it does for Ctrl-C; the cell
     has recorded itself as interrupted by then.
@@ -366,7 +399,9 @@ class CellInterrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP: the terminal closed. Like SIGTERM, it stops the run and is recorded, instead of
+# killing the runner outright and leaving its tests running. (POSIX only.)
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGINT, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 def signal_name(signum: int) -> str:
@@ -377,7 +412,7 @@ def signal_name(signum: int) -> str:
 
 
 class Interrupts:
-    """Raises CellInterrupted for the first SIGTERM or SIGINT, once.
+    """Raises CellInterrupted for the first of INTERRUPTING_SIGNALS, once.
 
     Inside ``deferred()`` (stopping the test process, writing a result) the exception waits
     until the block is done: cleanup cut short by a signal would leave what it cleans up.
@@ -410,7 +445,7 @@ class Interrupts:
 
 @contextlib.contextmanager
 def interrupts_raised() -> Iterator[Interrupts]:
-    """SIGTERM and SIGINT become CellInterrupted while the block runs; the previous handlers
+    """SIGTERM, SIGINT and SIGHUP become CellInterrupted while the block runs; the previous handlers
     come back after it. Python delivers signals to the main thread only, so elsewhere this
     changes nothing (and ``deferred()`` still works)."""
     interrupts = Interrupts()
@@ -472,8 +507,7 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
                 text = line.decode("utf-8", "replace")
                 tail.append(text.rstrip("\n"))
                 if echo:
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
+                    write_out(text)
 
         proc: subprocess.Popen[bytes] | None = None
         reader: threading.Thread | None = None
@@ -626,8 +660,47 @@ class CellRun:
         with self.interrupts.deferred():
             result.write(self.spec.result_path)
             self.answered = True
-        print(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}", flush=True)
+        say(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}")
         return result
+
+
+class ResultPathUnusable(results.ResultPathBusy):
+    """The cell cannot write its result file or log where it was told (a file where its folder
+    should be, no permission, a read-only file system). A ResultPathBusy, so that every command
+    that refuses a busy result path (cell, bisect, nox's sessions) refuses this one the same
+    way: one line naming the path, nothing run."""
+
+
+def file_in_the_way(folder: Path) -> Path | None:
+    """The first of ``folder`` and its parents that exists and is not a folder, if any."""
+    for path in (folder, *folder.parents):
+        try:
+            if path.exists() or path.is_symlink():
+                return None if path.is_dir() else path
+        except OSError:  # cannot even look: the error that follows will say why
+            return None
+    return None
+
+
+def _cannot_write(spec: CellSpec, exc: OSError) -> ResultPathUnusable:
+    culprit = file_in_the_way(spec.results_dir)
+    if culprit is not None:
+        why = f"{culprit} is not a folder"
+    else:
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    return ResultPathUnusable(f"{spec.results_dir}: cannot write the cell's result and log there ({why})")
+
+
+def _claim(spec: CellSpec, run: CellRun, stack: contextlib.ExitStack) -> None:
+    """Take the lock, put the placeholder at the result path and start a fresh log."""
+    try:
+        stack.enter_context(results.exclusive(spec.result_path))
+        run.claimed = True
+        stack.callback(spec.remove_staging)
+        results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
+        spec.log_path.write_text("")  # a fresh log per run
+    except OSError as exc:
+        raise _cannot_write(spec, exc) from None
 
 
 @contextlib.contextmanager
@@ -635,9 +708,10 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
     """Hold the cell's result path for the whole run.
 
     A second run on the same path raises results.ResultPathBusy before touching the
-    result or the log. While the run lasts the path holds an ``interrupted`` placeholder,
-    so a run killed outright (SIGKILL) never leaves an older result standing. SIGTERM or
-    SIGINT stops the test process, records ``interrupted`` naming the signal, and raises
+    result or the log; a path the cell cannot write raises ResultPathUnusable (one line)
+    before anything runs. While the run lasts the path holds an ``interrupted`` placeholder,
+    so a run killed outright (SIGKILL) never leaves an older result standing. SIGTERM,
+    SIGINT or SIGHUP stops the test process, records ``interrupted`` naming the signal, and raises
     CellInterrupted; a bug in the runner is recorded as ``error``. The lock and staging
     files are removed on the way out.
     """
@@ -646,12 +720,13 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
     run = CellRun(spec, interrupts)
     try:
         with interrupts.deferred():  # a signal waits until the path is ours and says so
-            stack.enter_context(results.exclusive(spec.result_path))
-            run.claimed = True
-            stack.callback(spec.remove_staging)
-            results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
-            spec.log_path.write_text("")  # a fresh log per run
+            _claim(spec, run, stack)
         yield run
+    except ResultPathUnusable as exc:
+        if run.claimed and not run.answered:  # the placeholder went in, the log did not
+            with contextlib.suppress(OSError):
+                run.fault("error", str(exc))
+        raise
     except CellInterrupted as exc:
         if run.claimed and not run.answered:
             headline = f"interrupted by {signal_name(exc.signum)} (a cancelled CI job, Ctrl-C, a kill)"
@@ -713,7 +788,7 @@ def _where_from(spec: CellSpec) -> str:
 
 def _note(log_path: Path, line: str) -> None:
     """A line of the runner's own, on stdout and in the cell's log."""
-    print(line, flush=True)
+    say(line)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(line + "\n")
 

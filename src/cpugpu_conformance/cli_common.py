@@ -52,6 +52,18 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
                         help="where result files and logs go (default: $CONFORMANCE_RESULTS, else results)")
 
 
+def results_folder(path: Path | None) -> Path:
+    """--results (or its default), refused when a file stands where the folder would be: every
+    cell would fail to write there, so nothing is run."""
+    from cpugpu_conformance.cell import file_in_the_way
+
+    folder = path or default_results()
+    culprit = file_in_the_way(folder.absolute())
+    if culprit is not None:
+        raise UsageError(f"{folder}: cannot hold result files: {culprit} is not a folder (--results)")
+    return folder
+
+
 def load_matrix(path: Path | None) -> matrices.Matrix:
     """The validated matrix; UsageError with its problems (one line each, file and key named)."""
     try:
