@@ -848,7 +848,7 @@ def held_run(tmp_path: Path):
         run.cleanup()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_ends_the_test_group_records_interrupted_and_leaves_no_files(held_run, sig: int) -> None:
     run = held_run()
     code, out = run.stop(sig)
@@ -896,6 +896,36 @@ def test_a_runner_killed_outright_leaves_interrupted_never_the_old_pass(held_run
     run.cleanup()  # its suite outlived it (its own session); the next run must not mind the leftovers
     after = cell.run_cell(s, fake_python(tmp_path / "later", writes_result("passed")))
     assert after.answer().clean and on_disk(s) == after
+    assert leftovers(s) == []
+
+
+# A suite that prints far more than a pipe holds (64 KiB) before it writes a passing result.
+CHATTY = "for i in range(20000):\n    print('a chatty suite, line', i, flush=True)\n"
+
+
+def chatty_passing_suite(where: Path) -> Path:
+    return fake_python(where, CHATTY + textwrap.dedent(writes_result("passed")))
+
+
+def test_a_closed_output_changes_nothing_in_the_cells_answer(tmp_path: Path) -> None:
+    """`cell ... | head -1`: the runner stops printing, keeps reading the suite, and its answer stands."""
+    s = spec(tmp_path)
+    script = tmp_path / "runner.py"
+    script.write_text(textwrap.dedent(RUNNER.format(results=str(s.results_dir), root=str(ROOT),
+                                                    python=str(chatty_passing_suite(tmp_path / "chatty")))))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does after its line
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    result = on_disk(s)
+    assert result.status == "completed" and result.answer().clean, result.describe()
+    assert "a chatty suite, line 19999" in s.log_path.read_text(), "the log still has every line"
     assert leftovers(s) == []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
+from test_cell import HELD_SUITE, chatty_passing_suite, fake_python, held_suite_pids, is_gone, wait_for
 from test_cli_matrix import one_error, write_matrix
 
 from cpugpu_conformance import __main__ as cli
@@ -148,7 +149,6 @@ class HeldMatrix:
         jobs = [(n, [sys.executable, str(runner), n,
                      str(fake_python(tmp_path / n, HELD_SUITE.format(pids=str(self.pid_files[n]))))],
                  str(self.results / f"{n}.log")) for n in self.names]
-        import json
 
         self.proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -172,7 +172,7 @@ class HeldMatrix:
                 os.killpg(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other_starts(tmp_path, sig):
     held = HeldMatrix(tmp_path)
     try:
@@ -192,6 +192,41 @@ def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other
         assert not [p.name for p in held.results.glob(".*")], "no staging file, lock or temporary file is left"
     finally:
         held.cleanup()
+
+
+# run_cells one cell at a time, streaming every line, as `cpugpu-conformance matrix --jobs 1 --stream` runs them.
+STREAMING_DRIVER = """\
+import json, sys
+from pathlib import Path
+from cpugpu_conformance import cli_matrix, parallel
+jobs = [parallel.Job(name, command, Path(log)) for name, command, log in json.loads(sys.argv[1])]
+sys.exit(cli_matrix.run_cells(jobs, 1, Path({results!r}), stream=True))
+"""
+
+
+def test_a_closed_output_changes_no_cells_answer_and_every_cell_runs(tmp_path):
+    """`matrix ... | head -1`: no traceback, every cell runs to its own answer, the exit code is theirs."""
+    out = tmp_path / "results"
+    runner, driver = tmp_path / "runner.py", tmp_path / "driver.py"
+    runner.write_text(textwrap.dedent(RUNNER.format(results=str(out), root=str(ROOT))))
+    driver.write_text(STREAMING_DRIVER.format(results=str(out)))
+    names = ["torch-a-cpu", "torch-b-cpu"]
+    jobs = [(n, [sys.executable, str(runner), n, str(chatty_passing_suite(tmp_path / n))], str(out / f"{n}.log"))
+            for n in names]
+    proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    for name in names:
+        result = results.load(out / f"{name}.json")
+        assert result.status == "completed" and result.answer().clean, f"{name}: {result.describe()}"
 
 
 def test_a_cell_stopped_before_it_held_its_path_is_recorded_interrupted_not_its_old_pass(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -131,9 +130,11 @@ def error(prog: str, message: str) -> int:
 
 
 def interrupted_exit(signum: int) -> int:
-    """A shell's code for a command ended by a signal (130 for SIGINT, 143 for SIGTERM)."""
+    """A shell's code for a command ended by a signal (129 for SIGHUP, 130 for SIGINT, 143 for SIGTERM)."""
     return 128 + int(signum)
 
 
 def is_interrupted_exit(code: int) -> bool:
-    return code in (interrupted_exit(signal.SIGINT), interrupted_exit(signal.SIGTERM))
+    from cpugpu_conformance.cell import INTERRUPTING_SIGNALS
+
+    return code in {interrupted_exit(signum) for signum in INTERRUPTING_SIGNALS}
