@@ -224,6 +224,17 @@ def test_pytest_exit_2_is_interrupted_never_completed_or_error(tmp_path: Path) -
     assert result.answer().kind == "interrupted" and not result.answer().clean
 
 
+def test_a_result_under_another_name_or_profile_is_an_error_not_published(tmp_path: Path) -> None:
+    """An owned option that reached pytest anyway (a plugin, a conftest): the suite's result says so, the cell refuses it."""
+    behaviour = writes_result("passed").replace(
+        'name = args[args.index("--cell-result") + 1], args[args.index("--cell-name") + 1]',
+        'name = args[args.index("--cell-result") + 1], "torch-2.15.0-cpu-smuggled"')
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "error" and result.name == "torch-2.15.0-cpu"
+    assert result["detail"] == ("the suite recorded cell 'torch-2.15.0-cpu-smuggled' with hypothesis profile None, the cell set "
+                                "'torch-2.15.0-cpu' with 'ci': an option the cell sets itself reached pytest")
+
+
 def test_an_invalid_result_file_is_an_error_not_a_pass(tmp_path: Path) -> None:
     behaviour = """\
         import sys

@@ -109,8 +109,18 @@ def test_the_console_script_lists_the_cells(tmp_path):
         (["98.0.0"], ["--cell-result=x.json"], "--cell-result among the pytest arguments: the cell writes results/<cell>.json"),
         (["98.0.0"], ["--hypothesis-profile", "default"],
          "--hypothesis-profile among the pytest arguments: set hypothesis_profile in matrix.yaml"),
+        (["98.0.0"], ["-k", "buffer", "@args.txt"],
+         "@args.txt among the pytest arguments: pytest would read arguments from that file; give them on the command line"),
+        (["98.0.0"], ["--cell-nam=torch-2.15.0-cpu"],
+         "--cell-nam (an abbreviation of --cell-name) among the pytest arguments: the cell is named torch-<release>-<device>"),
+        (["98.0.0"], ["-o", "addopts=--hypothesis-profile default"],
+         "addopts=--hypothesis-profile default among the pytest arguments: -o addopts=... hands pytest options; "
+         "give them on the command line"),
+        (["98.0.0"], ["-vc", "other.ini"],
+         "-vc among the pytest arguments: the cell runs with the checkout's pytest configuration "
+         "(another one's addopts are options too)"),
     ],
-    ids=["release", "device", "cell-result", "profile"],
+    ids=["release", "device", "cell-result", "profile", "argument-file", "abbreviation", "override-addopts", "config-file"],
 )
 def test_cell_bad_input_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, ours, pytest_args, message):
     m, out = write_matrix(tmp_path), tmp_path / "results"
@@ -118,6 +128,15 @@ def test_cell_bad_input_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys,
     assert cli.main(argv) == 2
     assert one_error(capsys, "cell") == message.format(m=m)
     assert not out.exists() and not (tmp_path / "env").exists()
+
+
+def test_cell_owned_options_in_pytest_addopts_are_refused_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-q --cell-name torch-2.15.0-cpu")
+    m, out = write_matrix(tmp_path), tmp_path / "results"
+    assert cli.main(["cell", "98.0.0", "--matrix", str(m), "--results", str(out), "--env", str(tmp_path / "env")]) == 2
+    assert one_error(capsys, "cell") == ("PYTEST_ADDOPTS: --cell-name among the pytest arguments: "
+                                         "the cell is named torch-<release>-<device>")
+    assert not out.exists()
 
 
 def test_cell_unknown_option_before_the_double_dash_is_a_usage_error(tmp_path, capsys):

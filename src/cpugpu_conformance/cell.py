@@ -834,7 +834,19 @@ def _answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
         written = results.load(spec.staging_path)
     except results.ResultFileError as exc:
         return run.fault("error", _with_tail(f"pytest exited {suite.returncode} without a usable result file ({exc})", suite.tail))
+    if problem := _not_what_the_cell_set(spec, written):
+        return run.fault("error", problem)
     return run.finish(_as_cell_result(spec, written))
+
+
+def _not_what_the_cell_set(spec: CellSpec, written: results.CellResult) -> str | None:
+    """The suite's result under another name or profile than the cell gave it: an option the cell
+    sets itself reached pytest some way the refusal did not see (a plugin, a conftest)."""
+    profile = written.get("hypothesis_profile")
+    if written.name == spec.name and profile in (None, spec.hypothesis_profile):
+        return None
+    return (f"the suite recorded cell {written.name!r} with hypothesis profile {profile!r}, the cell set "
+            f"{spec.name!r} with {spec.hypothesis_profile!r}: an option the cell sets itself reached pytest")
 
 
 def _as_cell_result(spec: CellSpec, written: results.CellResult) -> results.CellResult:
