@@ -8,6 +8,7 @@ of its own (signals go to a main thread) and poll for what they wait on, with de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -199,11 +200,71 @@ def test_past_the_time_limit_is_timed_out_and_the_process_group_is_gone(tmp_path
         pytest.fail(f"the test process's child {child} outlived the time limit")
 
 
+def test_past_the_time_limit_a_child_in_a_session_of_its_own_is_killed_too(tmp_path: Path) -> None:
+    """A child that called setsid is out of the group kill's reach; the cell finds it by its parent."""
+    pidfile = tmp_path / "child.pid"
+    behaviour = f"""\
+        import os, subprocess, time
+        child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        open({str(pidfile)!r} + ".tmp", "w").write(str(child.pid))
+        os.replace({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+        print("started a session of its own", flush=True)
+        time.sleep(60)
+    """
+    result = cell.run_cell(spec(tmp_path, limit=5), fake_python(tmp_path, behaviour))
+    assert result["status"] == "timed_out"
+    child = int(pidfile.read_text())
+    try:
+        wait_for(lambda: is_gone(child), f"the child {child} in its own session to end", timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    assert "outlived" not in result["detail"]
+
+
+def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_path: Path) -> None:
+    """The real suite, the class of tests/stray_impls.py; the cell runner is stopped (SIGTERM) once the child runs."""
+    pidfile = tmp_path / "stray.pid"
+    release = cell.base_version(cell.probe_torch(sys.executable)["torch"])
+    script = tmp_path / "runner.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys
+        from pathlib import Path
+        from cpugpu_conformance import cell
+        from cpugpu_conformance.matrix import Release
+        spec = cell.CellSpec(name="torch-{release}-cpu", release=Release({release!r}), device="cpu", hypothesis_profile="ci",
+                             time_limit_s=600, results_dir=Path({str(tmp_path / "results")!r}), project_dir=Path({str(ROOT)!r}),
+                             pytest_args=("--impl", {str(ROOT / "tests" / "stray_impls.py")!r} + ":StartsASessionOfItsOwn",
+                                          "--promise", "1", "-x"))
+        try:
+            cell.run_cell(spec, sys.executable)
+        except cell.CellInterrupted:
+            sys.exit(3)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, STRAY_PIDFILE=str(pidfile)))
+    child = None
+    try:
+        child = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the class to start its child", timeout=180))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 3, out
+        wait_for(lambda: is_gone(child), f"the class's child {child} (its own session) to end", timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+    assert results.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
+
+
 @pytest.mark.parametrize(
     ("behaviour", "headline"),
     [
         ("import sys\nprint('ERROR: usage: bad --impl')\nsys.exit(4)\n", "pytest exited 4 (usage error)"),
-        ("import sys\nsys.exit(5)\n", "pytest exited 5 (no tests collected)"),
+        ("import sys\nsys.exit(5)\n", "pytest exited 5 (nothing tested) without a usable result file"),
         ("print('all fine, honest')\n", "pytest exited 0 without a usable result file"),
     ],
     ids=["usage-error", "nothing-collected", "no-result-file"],
@@ -213,6 +274,42 @@ def test_a_run_that_did_not_finish_its_job_is_an_error(tmp_path: Path, behaviour
     assert result["status"] == "error"
     assert result["detail"].startswith(headline)
     assert not result.answer().clean
+
+
+@pytest.mark.parametrize("code", [5, 6], ids=["nothing-tested", "partly-tested"])
+def test_a_suite_that_left_promises_untested_is_a_finished_run_whose_answer_is_untested(tmp_path: Path, code: int) -> None:
+    """Exit 5 (a cuda cell on a machine without a GPU) and 6 come with a completed result file: it holds the answer."""
+    behaviour = writes_result("skipped").replace('sys.exit(0 if verdict == "passed" else 1)', f"sys.exit({code})")
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "completed"
+    assert result.answer().kind == "untested" and not result.answer().clean
+    assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+
+
+def test_a_suite_that_printed_nothing_is_explained_by_the_log_never_called_empty(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    result = cell.run_cell(s, fake_python(tmp_path, "import sys\nsys.exit(3)\n"))
+    assert result["status"] == "error"
+    assert result["detail"].startswith("pytest exited 3 (internal error); last lines of the log:\n$ ")
+    assert "the log is empty" not in result["detail"]
+
+
+def test_the_log_tail_is_read_from_the_end_of_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i} {'x' * 90}\n" for i in range(40_000)))  # 4 MB
+    assert cell._log_tail(log, 2) == [f"line {i} {'x' * 90}" for i in (39_998, 39_999)]
+    assert len(cell._log_tail(log)) == cell.LOG_TAIL_LINES
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    got: list[list[str]] = []
+    reader = threading.Thread(target=lambda: got.append(cell._log_tail(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():
+        with open(fifo, "w"):  # let the blocked open go
+            pass
+        pytest.fail("reading a FIFO as a log blocked")
+    assert got == [[]]
 
 
 def test_pytest_exit_2_is_interrupted_never_completed_or_error(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ import queue
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -53,10 +54,14 @@ LOG_TAIL_LINES = 40
 INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail
 HEARTBEAT_S = 10.0  # a quiet installer (a 3 GB download) still gets a line this often
 KILL_GRACE_S = 5.0
-# pytest: 0 all passed, 1 some failed. Anything else means the suite did not finish its job.
-PYTEST_FINISHED = (0, 1)
+# The suite: 0 every promise asked for passed, 1 one failed, 5 nothing was tested, 6 some promises
+# went untested (none failed). Each is a finished run whose result file holds the answer (a cuda
+# cell on a machine without a GPU: untested). Anything else means the suite did not finish its job.
+PYTEST_FINISHED = (0, 1, 5, 6)
 PYTEST_INTERRUPTED = 2
-PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "nothing tested",
+                     6: "some promises untested"}
+LOG_TAIL_BYTES = 256 * 1024  # the end of a log is read, never all of it (a chatty suite writes gigabytes)
 
 # Runs inside the cell's interpreter. Reads torch/version.py instead of importing torch,
 # which takes seconds; the suite's own result file later records the torch it imported.
@@ -471,20 +476,106 @@ class SuiteRun:
     returncode: int | None  # None: killed at the time limit
     seconds: float
     tail: list[str] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)  # processes it started that outlived the kill
 
     @property
     def timed_out(self) -> bool:
         return self.returncode is None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the test process and everything it started (it leads its own process group):
-    SIGTERM, a grace period for the leader, then SIGKILL for whatever is left."""
+# Processes the test process started that left its process group (setsid, a daemon) are out of
+# reach of a group kill. They are found by their parent links while the test process lives,
+# noted every SWEEP_S (a process is its pid and its start time, so a pid used again is never
+# mistaken for it) and killed with the group. Linux only (/proc); elsewhere the group kill
+# is all there is. A process that left before it was ever noted (a double fork within
+# SWEEP_S) is not found.
+SWEEP_S = 1.0
+Stray = tuple[int, int]  # pid, start time (clock ticks since boot)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: state, ppid, ..., start time at index 19."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> set[Stray]:
+    """Every process below ``pid`` by parent links, now (empty without /proc)."""
+    children: dict[int, list[Stray]] = collections.defaultdict(list)
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        fields = _stat_fields(int(entry)) if entry.isdigit() else None
+        if fields and len(fields) > 19:
+            children[int(fields[1])].append((int(entry), int(fields[19])))
+    found: set[Stray] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child[0])
+    return found
+
+
+def _alive(stray: Stray) -> bool:
+    fields = _stat_fields(stray[0])
+    return bool(fields) and len(fields) > 19 and int(fields[19]) == stray[1] and fields[0] not in ("Z", "X")
+
+
+def _signal_strays(strays: Iterable[Stray], sig: int) -> None:
+    for stray in strays:
+        if _alive(stray):  # still that process, not a pid used again
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stray[0], sig)
+
+
+def _outlived(strays: Iterable[Stray]) -> list[str]:
+    """The strays still running a moment after SIGKILL, as ``pid N (command)``."""
+    deadline = time.monotonic() + KILL_GRACE_S
+    left = [s for s in strays if _alive(s)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [s for s in left if _alive(s)]
+    return [f"pid {pid} ({_command_of(pid)})" for pid, _ in sorted(left)]
+
+
+def _command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _kill_group(proc: subprocess.Popen[bytes], strays: Iterable[Stray] = ()) -> list[str]:
+    """Stop the test process and everything it started: its process group (it leads one) and the
+    strays that left it, SIGTERM, a grace period for the leader, then SIGKILL for whatever is
+    left. Returns the processes that outlived it."""
+    strays = set(strays) | (descendants(proc.pid) if proc.poll() is None else set())
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
+        _signal_strays(strays, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
+    return _outlived(strays)
+
+
+def _wait_noting_strays(proc: subprocess.Popen[bytes], time_limit_s: float, strays: set[Stray]) -> int:
+    """proc.wait(timeout=time_limit_s), noting the processes below it every SWEEP_S."""
+    deadline = time.monotonic() + time_limit_s
+    while True:
+        strays |= descendants(proc.pid)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, time_limit_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=min(left, SWEEP_S))
 
 
 def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: Path | None = None,
@@ -512,22 +603,24 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
         proc: subprocess.Popen[bytes] | None = None
         reader: threading.Thread | None = None
         returncode: int | None = None
+        strays: set[Stray] = set()
+        survivors: list[str] = []
         try:
             with uninterrupted():  # a signal waits until the group exists and this try guards it
                 proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         cwd=cwd, env=env, start_new_session=True)
                 reader = threading.Thread(target=pump, args=(proc,), daemon=True)
                 reader.start()
-            returncode = proc.wait(timeout=time_limit_s)
+            returncode = _wait_noting_strays(proc, time_limit_s, strays)
         except subprocess.TimeoutExpired:
             returncode = None
         finally:  # the time limit, an interrupt, or strays that outlived pytest
             with uninterrupted():
                 if proc is not None:
-                    _kill_group(proc)
+                    survivors = _kill_group(proc, strays)
                 if reader is not None:
                     reader.join(timeout=KILL_GRACE_S)
-    return SuiteRun(returncode, time.monotonic() - started, list(tail))
+    return SuiteRun(returncode, time.monotonic() - started, list(tail), survivors)
 
 
 def _exit_description(returncode: int) -> str:
@@ -551,11 +644,20 @@ def _with_tail(headline: str, tail: list[str]) -> str:
 
 
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a log, from its last LOG_TAIL_BYTES; none for a log that cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return []  # a FIFO would block, a device never end
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - LOG_TAIL_BYTES))
+            data = fh.read(LOG_TAIL_BYTES)
     except OSError:
         return []
-    return text.splitlines()[-lines:]
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if size > LOG_TAIL_BYTES and text:
+        text = text[1:]  # the first line was cut
+    return text[-lines:]
 
 
 # ---------------------------------------------------------------------------- one cell
@@ -826,17 +928,28 @@ def _suite_command(spec: CellSpec, python: Path | str) -> list[str]:
 def _answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
     """The cell's answer from how the suite ended and what it wrote."""
     spec = run.spec
+    tail = suite.tail or _log_tail(spec.log_path)  # a suite that printed nothing: the log's own last lines
+    outlived = [f"processes it started outlived the kill: {', '.join(suite.survivors)}"] if suite.survivors else []
+
+    def fault(status: str, headline: str) -> results.CellResult:
+        return run.fault(status, _with_tail("; ".join([headline, *outlived]), tail))
+
     if suite.timed_out:
-        return run.fault("timed_out", _with_tail(f"killed after the cell's time limit of {spec.time_limit_s:g} s", suite.tail))
+        return fault("timed_out", f"killed after the cell's time limit of {spec.time_limit_s:g} s")
     if suite.returncode not in PYTEST_FINISHED:
-        return run.fault(_status_of_exit(suite.returncode), _with_tail(_exit_description(suite.returncode), suite.tail))
+        return fault(_status_of_exit(suite.returncode), _exit_description(suite.returncode))
     try:
         written = results.load(spec.staging_path)
     except results.ResultFileError as exc:
-        return run.fault("error", _with_tail(f"pytest exited {suite.returncode} without a usable result file ({exc})", suite.tail))
+        return fault("error", f"{_finished_description(suite.returncode)} without a usable result file ({exc})")
     if problem := _not_what_the_cell_set(spec, written):
         return run.fault("error", problem)
-    return run.finish(_as_cell_result(spec, written))
+    return run.finish(_as_cell_result(spec, written, warnings=outlived))
+
+
+def _finished_description(returncode: int) -> str:
+    name = PYTEST_EXIT_NAMES.get(returncode) if returncode not in (0, 1) else None
+    return f"pytest exited {returncode}" + (f" ({name})" if name else "")
 
 
 def _not_what_the_cell_set(spec: CellSpec, written: results.CellResult) -> str | None:
@@ -849,9 +962,12 @@ def _not_what_the_cell_set(spec: CellSpec, written: results.CellResult) -> str |
             f"{spec.name!r} with {spec.hypothesis_profile!r}: an option the cell sets itself reached pytest")
 
 
-def _as_cell_result(spec: CellSpec, written: results.CellResult) -> results.CellResult:
-    """The suite's result, with what the cell asked for, refused when the suite imported another torch."""
+def _as_cell_result(spec: CellSpec, written: results.CellResult, warnings: Sequence[str] = ()) -> results.CellResult:
+    """The suite's result, with what the cell asked for (and the runner's warnings), refused when the
+    suite imported another torch."""
     data = written.to_json()
+    if warnings:
+        data["warnings"] = [*written.warnings, *warnings]
     data["requested"] = {**spec.requested(), **written.requested}  # the suite's own keys (promises) win
     got = written.environment.get("torch")
     if spec.release is not None and got and base_version(str(got)) != spec.release.version:
