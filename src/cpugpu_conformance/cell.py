@@ -1,15 +1,16 @@
 """Run one matrix cell: install its torch, check it got that torch, run the suite, keep its answer.
 
 Whatever happens, the cell ends with results/<cell>.json and results/<cell>.log: the
-suite's own result when pytest finished (exit 0 or 1), otherwise a result with status
+suite's own result when pytest finished (exit 0, 1, 5 or 6), otherwise a result with status
 not_installed, wrong_torch, timed_out, crashed, interrupted or error and a ``detail``
 saying why (the installer's error, the tail of the log). A cell that did not run never
 looks like one that passed: from the moment a run claims the result path until it writes
 its answer, the path holds an ``interrupted`` placeholder, and a second run on the same
-path refuses to start. SIGTERM or SIGINT (a CI cancel, Ctrl-C) stops the test process
-group and records ``interrupted``. A ``latest`` entry is resolved to the newest final
-release where the cell takes torch from (index.newest_final_release) once it holds its
-result path; an index that cannot be read makes it not_installed. The installer's output
+path refuses to start; a result path it cannot write is one line (ResultPathUnusable).
+SIGTERM, SIGINT or SIGHUP (a CI cancel, Ctrl-C, the terminal closed) stops the test process
+group, and what left it (Linux), and records ``interrupted``; a closed stdout stops only
+the echo. A ``latest`` entry is resolved to the newest final release where the cell takes
+torch from (index.newest_final_release) once it holds its result path; an index that cannot be read makes it not_installed. The installer's output
 reaches stdout and the log line by line as it comes, with a heartbeat line while it is
 quiet (a download of gigabytes). Results are read and written only through
 results.CellResult, whose answer() decides what a cell's outcome is. The cell, matrix and
@@ -897,8 +898,9 @@ def _note(log_path: Path, line: str) -> None:
 
 def run_cell(spec: CellSpec, python: Path | str, *, env_dir: Path | None = None) -> results.CellResult:
     """Claim the result path, check the torch, run the suite in its own process group, and
-    write the cell's answer. Raises results.ResultPathBusy when another run holds the path,
-    CellInterrupted (after recording it) on SIGTERM or SIGINT."""
+    write the cell's answer. Raises results.ResultPathBusy when another run holds the path (or
+    ResultPathUnusable, one, when it cannot be written), CellInterrupted (after recording it)
+    on SIGTERM, SIGINT or SIGHUP."""
     with claimed(spec) as run:
         return _check_and_test(run, python, env_dir)
 

@@ -6,8 +6,8 @@ project, check it got that torch, run the suite and write results/<cell>.json an
 (cell.install_and_run). Exit 0 when the cell is clean, 1 when it is not (failed,
 untested, not installed, crashed, ...), 2 for bad input (a release or device the matrix
 does not have, an option the cell sets itself among the pytest arguments, a result file
-another run is writing), 130 or 143 when SIGINT or SIGTERM stopped it (recorded as
-interrupted).
+another run is writing, a results folder it cannot write), 129, 130 or 143 when SIGHUP,
+SIGINT or SIGTERM stopped it (recorded as interrupted).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cpugpu_conformance import cell as cells
