@@ -8,6 +8,7 @@ of its own (signals go to a main thread) and poll for what they wait on, with de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from child_signals import default_sigint
 
 from cpugpu_conformance import cell, results
 from cpugpu_conformance.cell import CellSpec, Install, torch_mismatch
@@ -198,11 +200,71 @@ def test_past_the_time_limit_is_timed_out_and_the_process_group_is_gone(tmp_path
         pytest.fail(f"the test process's child {child} outlived the time limit")
 
 
+def test_past_the_time_limit_a_child_in_a_session_of_its_own_is_killed_too(tmp_path: Path) -> None:
+    """A child that called setsid is out of the group kill's reach; the cell finds it by its parent."""
+    pidfile = tmp_path / "child.pid"
+    behaviour = f"""\
+        import os, subprocess, time
+        child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        open({str(pidfile)!r} + ".tmp", "w").write(str(child.pid))
+        os.replace({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+        print("started a session of its own", flush=True)
+        time.sleep(60)
+    """
+    result = cell.run_cell(spec(tmp_path, limit=5), fake_python(tmp_path, behaviour))
+    assert result["status"] == "timed_out"
+    child = int(pidfile.read_text())
+    try:
+        wait_for(lambda: is_gone(child), f"the child {child} in its own session to end", timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    assert "outlived" not in result["detail"]
+
+
+def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_path: Path) -> None:
+    """The real suite, the class of tests/stray_impls.py; the cell runner is stopped (SIGTERM) once the child runs."""
+    pidfile = tmp_path / "stray.pid"
+    release = cell.base_version(cell.probe_torch(sys.executable)["torch"])
+    script = tmp_path / "runner.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys
+        from pathlib import Path
+        from cpugpu_conformance import cell
+        from cpugpu_conformance.matrix import Release
+        spec = cell.CellSpec(name="torch-{release}-cpu", release=Release({release!r}), device="cpu", hypothesis_profile="ci",
+                             time_limit_s=600, results_dir=Path({str(tmp_path / "results")!r}), project_dir=Path({str(ROOT)!r}),
+                             pytest_args=("--impl", {str(ROOT / "tests" / "stray_impls.py")!r} + ":StartsASessionOfItsOwn",
+                                          "--promise", "1", "-x"))
+        try:
+            cell.run_cell(spec, sys.executable)
+        except cell.CellInterrupted:
+            sys.exit(3)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, STRAY_PIDFILE=str(pidfile)))
+    child = None
+    try:
+        child = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the class to start its child", timeout=180))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 3, out
+        wait_for(lambda: is_gone(child), f"the class's child {child} (its own session) to end", timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+    assert results.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
+
+
 @pytest.mark.parametrize(
     ("behaviour", "headline"),
     [
         ("import sys\nprint('ERROR: usage: bad --impl')\nsys.exit(4)\n", "pytest exited 4 (usage error)"),
-        ("import sys\nsys.exit(5)\n", "pytest exited 5 (no tests collected)"),
+        ("import sys\nsys.exit(5)\n", "pytest exited 5 (nothing tested) without a usable result file"),
         ("print('all fine, honest')\n", "pytest exited 0 without a usable result file"),
     ],
     ids=["usage-error", "nothing-collected", "no-result-file"],
@@ -214,6 +276,42 @@ def test_a_run_that_did_not_finish_its_job_is_an_error(tmp_path: Path, behaviour
     assert not result.answer().clean
 
 
+@pytest.mark.parametrize("code", [5, 6], ids=["nothing-tested", "partly-tested"])
+def test_a_suite_that_left_promises_untested_is_a_finished_run_whose_answer_is_untested(tmp_path: Path, code: int) -> None:
+    """Exit 5 (a cuda cell on a machine without a GPU) and 6 come with a completed result file: it holds the answer."""
+    behaviour = writes_result("skipped").replace('sys.exit(0 if verdict == "passed" else 1)', f"sys.exit({code})")
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "completed"
+    assert result.answer().kind == "untested" and not result.answer().clean
+    assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+
+
+def test_a_suite_that_printed_nothing_is_explained_by_the_log_never_called_empty(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    result = cell.run_cell(s, fake_python(tmp_path, "import sys\nsys.exit(3)\n"))
+    assert result["status"] == "error"
+    assert result["detail"].startswith("pytest exited 3 (internal error); last lines of the log:\n$ ")
+    assert "the log is empty" not in result["detail"]
+
+
+def test_the_log_tail_is_read_from_the_end_of_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i} {'x' * 90}\n" for i in range(40_000)))  # 4 MB
+    assert cell._log_tail(log, 2) == [f"line {i} {'x' * 90}" for i in (39_998, 39_999)]
+    assert len(cell._log_tail(log)) == cell.LOG_TAIL_LINES
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    got: list[list[str]] = []
+    reader = threading.Thread(target=lambda: got.append(cell._log_tail(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():
+        with open(fifo, "w"):  # let the blocked open go
+            pass
+        pytest.fail("reading a FIFO as a log blocked")
+    assert got == [[]]
+
+
 def test_pytest_exit_2_is_interrupted_never_completed_or_error(tmp_path: Path) -> None:
     behaviour = "import sys\nprint('!!!!!!!!!!!!!!!!!!! KeyboardInterrupt !!!!!!!!!!!!!!!!!!!')\nsys.exit(2)\n"
     result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
@@ -221,6 +319,17 @@ def test_pytest_exit_2_is_interrupted_never_completed_or_error(tmp_path: Path) -
     assert result["detail"].startswith("pytest exited 2 (interrupted); last lines of the log:")
     assert "KeyboardInterrupt" in result["detail"]
     assert result.answer().kind == "interrupted" and not result.answer().clean
+
+
+def test_a_result_under_another_name_or_profile_is_an_error_not_published(tmp_path: Path) -> None:
+    """An owned option that reached pytest anyway (a plugin, a conftest): the suite's result says so, the cell refuses it."""
+    behaviour = writes_result("passed").replace(
+        'name = args[args.index("--cell-result") + 1], args[args.index("--cell-name") + 1]',
+        'name = args[args.index("--cell-result") + 1], "torch-2.15.0-cpu-smuggled"')
+    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+    assert result.status == "error" and result.name == "torch-2.15.0-cpu"
+    assert result["detail"] == ("the suite recorded cell 'torch-2.15.0-cpu-smuggled' with hypothesis profile None, the cell set "
+                                "'torch-2.15.0-cpu' with 'ci': an option the cell sets itself reached pytest")
 
 
 def test_an_invalid_result_file_is_an_error_not_a_pass(tmp_path: Path) -> None:
@@ -422,7 +531,8 @@ def test_ctrl_c_in_the_suite_process_is_pytests_interrupted_exit(tmp_path: Path)
     (tmp_path / "test_it.py").write_text(
         f"import time\ndef test_waits():\n    open({str(started)!r}, 'w').close()\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", cell.SUITE_LAUNCHER, str(tmp_path), "-p", "no:cacheprovider"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)  # a background job's SIGINT is ignored, and inherited
     try:
         wait_for(started.exists, "the test to start", timeout=60)
         proc.send_signal(signal.SIGINT)
@@ -846,7 +956,7 @@ def held_run(tmp_path: Path):
         run.cleanup()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_ends_the_test_group_records_interrupted_and_leaves_no_files(held_run, sig: int) -> None:
     run = held_run()
     code, out = run.stop(sig)
@@ -894,6 +1004,36 @@ def test_a_runner_killed_outright_leaves_interrupted_never_the_old_pass(held_run
     run.cleanup()  # its suite outlived it (its own session); the next run must not mind the leftovers
     after = cell.run_cell(s, fake_python(tmp_path / "later", writes_result("passed")))
     assert after.answer().clean and on_disk(s) == after
+    assert leftovers(s) == []
+
+
+# A suite that prints far more than a pipe holds (64 KiB) before it writes a passing result.
+CHATTY = "for i in range(20000):\n    print('a chatty suite, line', i, flush=True)\n"
+
+
+def chatty_passing_suite(where: Path) -> Path:
+    return fake_python(where, CHATTY + textwrap.dedent(writes_result("passed")))
+
+
+def test_a_closed_output_changes_nothing_in_the_cells_answer(tmp_path: Path) -> None:
+    """`cell ... | head -1`: the runner stops printing, keeps reading the suite, and its answer stands."""
+    s = spec(tmp_path)
+    script = tmp_path / "runner.py"
+    script.write_text(textwrap.dedent(RUNNER.format(results=str(s.results_dir), root=str(ROOT),
+                                                    python=str(chatty_passing_suite(tmp_path / "chatty")))))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does after its line
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    result = on_disk(s)
+    assert result.status == "completed" and result.answer().clean, result.describe()
+    assert "a chatty suite, line 19999" in s.log_path.read_text(), "the log still has every line"
     assert leftovers(s) == []
 
 

@@ -8,6 +8,7 @@ these tests run with (its wheels are in uv's cache).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -108,8 +109,18 @@ def test_the_console_script_lists_the_cells(tmp_path):
         (["98.0.0"], ["--cell-result=x.json"], "--cell-result among the pytest arguments: the cell writes results/<cell>.json"),
         (["98.0.0"], ["--hypothesis-profile", "default"],
          "--hypothesis-profile among the pytest arguments: set hypothesis_profile in matrix.yaml"),
+        (["98.0.0"], ["-k", "buffer", "@args.txt"],
+         "@args.txt among the pytest arguments: pytest would read arguments from that file; give them on the command line"),
+        (["98.0.0"], ["--cell-nam=torch-2.15.0-cpu"],
+         "--cell-nam (an abbreviation of --cell-name) among the pytest arguments: the cell is named torch-<release>-<device>"),
+        (["98.0.0"], ["-o", "addopts=--hypothesis-profile default"],
+         "addopts=--hypothesis-profile default among the pytest arguments: -o addopts=... hands pytest options; "
+         "give them on the command line"),
+        (["98.0.0"], ["-vc", "other.ini"],
+         "-vc among the pytest arguments: the cell runs with the checkout's pytest configuration "
+         "(another one's addopts are options too)"),
     ],
-    ids=["release", "device", "cell-result", "profile"],
+    ids=["release", "device", "cell-result", "profile", "argument-file", "abbreviation", "override-addopts", "config-file"],
 )
 def test_cell_bad_input_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, ours, pytest_args, message):
     m, out = write_matrix(tmp_path), tmp_path / "results"
@@ -117,6 +128,15 @@ def test_cell_bad_input_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys,
     assert cli.main(argv) == 2
     assert one_error(capsys, "cell") == message.format(m=m)
     assert not out.exists() and not (tmp_path / "env").exists()
+
+
+def test_cell_owned_options_in_pytest_addopts_are_refused_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-q --cell-name torch-2.15.0-cpu")
+    m, out = write_matrix(tmp_path), tmp_path / "results"
+    assert cli.main(["cell", "98.0.0", "--matrix", str(m), "--results", str(out), "--env", str(tmp_path / "env")]) == 2
+    assert one_error(capsys, "cell") == ("PYTEST_ADDOPTS: --cell-name among the pytest arguments: "
+                                         "the cell is named torch-<release>-<device>")
+    assert not out.exists()
 
 
 def test_cell_unknown_option_before_the_double_dash_is_a_usage_error(tmp_path, capsys):
@@ -139,6 +159,40 @@ def test_cell_on_a_busy_result_path_is_one_line_exit_2(tmp_path, capsys):
     with results.exclusive(out / "torch-98.0.0-cpu.json"):
         assert cli.main(["cell", "98.0.0", "--matrix", str(m), "--results", str(out), "--env", str(tmp_path / "env")]) == 2
     assert "another run is writing this result file" in one_error(capsys, "cell")
+
+
+def _results_it_cannot_write(tmp_path: Path, how: str) -> tuple[Path, str]:
+    """A results folder the cell cannot write (as root too, except read-only), and the culprit its error names."""
+    if how == "a-file":
+        (tmp_path / "results").write_text("not a folder")
+        return tmp_path / "results", f"cannot hold result files: {tmp_path / 'results'} is not a folder (--results)"
+    if how == "under-a-file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken" / "results", f"cannot hold result files: {tmp_path / 'taken'} is not a folder (--results)"
+    out = tmp_path / "results"
+    out.mkdir()
+    if how == "lock-is-a-folder":
+        lock = results.lock_path(out / "torch-98.0.0-cpu.json")
+        lock.mkdir()
+        return out, f"{out}: cannot write the cell's result and log there ({lock}: Is a directory)"
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    out.chmod(0o555)
+    return out, f"{out}: cannot write the cell's result and log there ({results.lock_path(out / 'torch-98.0.0-cpu.json')}: "
+
+
+@pytest.mark.parametrize("how", ["a-file", "under-a-file", "lock-is-a-folder", "read-only"])
+def test_cell_on_results_it_cannot_write_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, how):
+    out, message = _results_it_cannot_write(tmp_path, how)
+    try:
+        code = cli.main(["cell", "98.0.0", "--matrix", str(write_matrix(tmp_path)), "--results", str(out),
+                         "--env", str(tmp_path / "env")])
+        assert code == 2
+        assert message in one_error(capsys, "cell")
+        assert not (tmp_path / "env").exists()
+    finally:
+        if out.is_dir():
+            out.chmod(0o755)
 
 
 def test_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
+import result_factory as rf
+from test_cell import HELD_SUITE, chatty_passing_suite, fake_python, held_suite_pids, is_gone, wait_for
 from test_cli_matrix import one_error, write_matrix
 
 from cpugpu_conformance import __main__ as cli
@@ -147,7 +149,6 @@ class HeldMatrix:
         jobs = [(n, [sys.executable, str(runner), n,
                      str(fake_python(tmp_path / n, HELD_SUITE.format(pids=str(self.pid_files[n]))))],
                  str(self.results / f"{n}.log")) for n in self.names]
-        import json
 
         self.proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -171,7 +172,7 @@ class HeldMatrix:
                 os.killpg(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other_starts(tmp_path, sig):
     held = HeldMatrix(tmp_path)
     try:
@@ -193,21 +194,107 @@ def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other
         held.cleanup()
 
 
+# run_cells one cell at a time, streaming every line, as `cpugpu-conformance matrix --jobs 1 --stream` runs them.
+STREAMING_DRIVER = """\
+import json, sys
+from pathlib import Path
+from cpugpu_conformance import cli_matrix, parallel
+jobs = [parallel.Job(name, command, Path(log)) for name, command, log in json.loads(sys.argv[1])]
+sys.exit(cli_matrix.run_cells(jobs, 1, Path({results!r}), stream=True))
+"""
+
+
+def test_a_closed_output_changes_no_cells_answer_and_every_cell_runs(tmp_path):
+    """`matrix ... | head -1`: no traceback, every cell runs to its own answer, the exit code is theirs."""
+    out = tmp_path / "results"
+    runner, driver = tmp_path / "runner.py", tmp_path / "driver.py"
+    runner.write_text(textwrap.dedent(RUNNER.format(results=str(out), root=str(ROOT))))
+    driver.write_text(STREAMING_DRIVER.format(results=str(out)))
+    names = ["torch-a-cpu", "torch-b-cpu"]
+    jobs = [(n, [sys.executable, str(runner), n, str(chatty_passing_suite(tmp_path / n))], str(out / f"{n}.log"))
+            for n in names]
+    proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    for name in names:
+        result = results.load(out / f"{name}.json")
+        assert result.status == "completed" and result.answer().clean, f"{name}: {result.describe()}"
+
+
 def test_a_cell_stopped_before_it_held_its_path_is_recorded_interrupted_not_its_old_pass(tmp_path):
     path = tmp_path / "torch-2.13.0-cpu.json"
-    import result_factory as rf
-
     results.CellResult(rf.completed("2.13.0", cell="torch-2.13.0-cpu")).write(path)
-    old = time.time() - 60
-    os.utime(path, (old, old))
-    done = parallel.Finished("torch-2.13.0-cpu", -signal.SIGTERM, 0.1, time.time(), [])
-    cli_matrix.record_if_stale(path, done, signal.SIGTERM)
+    job = parallel.Job("torch-2.13.0-cpu", ["true"])
+    progress = cli_matrix.Progress(tmp_path, [job])  # noted before the cell starts
+    progress.finished(parallel.Finished(job.name, -signal.SIGTERM, 0.1, time.time(), []))
+    progress.record_interrupted(signal.SIGTERM)
     result = results.load(path)
     assert result.status == "interrupted" and "before the cell started" in result["detail"]
+    assert progress.unanswered == {}, "the matrix's own record answers for it"
+
+    progress = cli_matrix.Progress(tmp_path, [job])
     fresh = results.CellResult(rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
-    fresh.write(path)
-    cli_matrix.record_if_stale(path, parallel.Finished("torch-2.13.0-cpu", 143, 0.1, time.time() - 5, []), signal.SIGTERM)
+    fresh.write(path)  # the cell's own answer, written during the run
+    progress.finished(parallel.Finished(job.name, 143, 0.1, time.time() - 5, []))
+    progress.record_interrupted(signal.SIGTERM)
     assert results.load(path) == fresh, "this run's own answer stands"
+
+
+# A cell command that ends without touching its result file, as one that cannot take its lock did
+# (a traceback, exit 1) or one that refuses (exit 2).
+NO_ANSWER = "import sys; print('Traceback (most recent call last): ...'); print('OSError: cannot write'); sys.exit({code})"
+
+
+@pytest.mark.parametrize("code", [1, 2, 0], ids=["traceback", "refused", "exit-0"])
+def test_an_earlier_runs_pass_never_answers_for_a_cell_that_wrote_nothing_this_run(tmp_path, capsys, code):
+    out = tmp_path / "results"
+    path = out / "torch-2.13.0-cpu.json"
+    results.CellResult(rf.completed("2.13.0", cell="torch-2.13.0-cpu")).write(path)
+    before = path.read_bytes()
+    jobs = [parallel.Job("torch-2.13.0-cpu", [sys.executable, "-c", NO_ANSWER.format(code=code)])]
+    assert cli_matrix.run_cells(jobs, 1, out) == 1
+    text = capsys.readouterr().out
+    assert "torch-2.13.0-cpu: NO ANSWER written this run" in text
+    assert "passed (" not in text
+    row = next(line for line in text.splitlines() if line.startswith("torch-2.13.0-cpu  "))
+    assert row.split()[:5] == ["torch-2.13.0-cpu", "2.13.0", "cpu", "NO", "RESULT"]
+    assert (f"torch-2.13.0-cpu: no answer written this run (the cell command exited {code}: OSError: cannot write); "
+            f"{path} is left from an earlier run") in text
+    assert "1 cells, 0 clean, 1 not" in text
+    assert path.read_bytes() == before, "the matrix does not write over it either"
+
+
+def test_a_cell_that_cannot_take_its_lock_shows_no_answer_not_its_old_pass(tmp_path, capsys):
+    """As root nothing is read-only: a folder where the cell's lock file goes blocks the cell all the same."""
+    m, out = write_matrix(tmp_path), tmp_path / "results"
+    path = out / "torch-98.0.0-cpu.json"
+    results.CellResult(rf.completed("98.0.0", cell="torch-98.0.0-cpu")).write(path)
+    results.lock_path(path).mkdir()
+    code = cli.main(["matrix", "torch-98.0.0", "--matrix", str(m), "--results", str(out), "--envdir", str(tmp_path / "envs")])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert "torch-98.0.0-cpu: NO ANSWER written this run" in text and "passed (" not in text
+    assert f"cannot write the cell's result and log there ({results.lock_path(path)}: Is a directory)" in text
+    assert "Traceback" not in text
+    assert results.load(path).answer().clean, "the old file is left as it was"
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file"])
+def test_matrix_results_that_cannot_be_a_folder_are_one_line_exit_2(tmp_path, capsys, where):
+    (tmp_path / "taken").write_text("not a folder")
+    out = tmp_path / "taken" if where == "a-file" else tmp_path / "taken" / "results"
+    assert cli.main(["matrix", "--matrix", str(write_matrix(tmp_path)), "--results", str(out),
+                     "--envdir", str(tmp_path / "envs")]) == 2
+    assert one_error(capsys, "matrix") == f"{out}: cannot hold result files: {tmp_path / 'taken'} is not a folder (--results)"
+    assert not (tmp_path / "envs").exists()
 
 
 # --------------------------------------------------------------------------- the command

@@ -1,15 +1,16 @@
 """Run one matrix cell: install its torch, check it got that torch, run the suite, keep its answer.
 
 Whatever happens, the cell ends with results/<cell>.json and results/<cell>.log: the
-suite's own result when pytest finished (exit 0 or 1), otherwise a result with status
+suite's own result when pytest finished (exit 0, 1, 5 or 6), otherwise a result with status
 not_installed, wrong_torch, timed_out, crashed, interrupted or error and a ``detail``
 saying why (the installer's error, the tail of the log). A cell that did not run never
 looks like one that passed: from the moment a run claims the result path until it writes
 its answer, the path holds an ``interrupted`` placeholder, and a second run on the same
-path refuses to start. SIGTERM or SIGINT (a CI cancel, Ctrl-C) stops the test process
-group and records ``interrupted``. A ``latest`` entry is resolved to the newest final
-release where the cell takes torch from (index.newest_final_release) once it holds its
-result path; an index that cannot be read makes it not_installed. The installer's output
+path refuses to start; a result path it cannot write is one line (ResultPathUnusable).
+SIGTERM, SIGINT or SIGHUP (a CI cancel, Ctrl-C, the terminal closed) stops the test process
+group, and what left it (Linux), and records ``interrupted``; a closed stdout stops only
+the echo. A ``latest`` entry is resolved to the newest final release where the cell takes
+torch from (index.newest_final_release) once it holds its result path; an index that cannot be read makes it not_installed. The installer's output
 reaches stdout and the log line by line as it comes, with a heartbeat line while it is
 quiet (a download of gigabytes). Results are read and written only through
 results.CellResult, whose answer() decides what a cell's outcome is. The cell, matrix and
@@ -32,6 +33,7 @@ import queue
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -40,7 +42,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -53,10 +55,14 @@ LOG_TAIL_LINES = 40
 INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail
 HEARTBEAT_S = 10.0  # a quiet installer (a 3 GB download) still gets a line this often
 KILL_GRACE_S = 5.0
-# pytest: 0 all passed, 1 some failed. Anything else means the suite did not finish its job.
-PYTEST_FINISHED = (0, 1)
+# The suite: 0 every promise asked for passed, 1 one failed, 5 nothing was tested, 6 some promises
+# went untested (none failed). Each is a finished run whose result file holds the answer (a cuda
+# cell on a machine without a GPU: untested). Anything else means the suite did not finish its job.
+PYTEST_FINISHED = (0, 1, 5, 6)
 PYTEST_INTERRUPTED = 2
-PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "nothing tested",
+                     6: "some promises untested"}
+LOG_TAIL_BYTES = 256 * 1024  # the end of a log is read, never all of it (a chatty suite writes gigabytes)
 
 # Runs inside the cell's interpreter. Reads torch/version.py instead of importing torch,
 # which takes seconds; the suite's own result file later records the torch it imported.
@@ -100,6 +106,40 @@ SUITE_LAUNCHER = (
     "or config.stash.__setitem__(k, 0)); "
     "code = pytest.main(sys.argv[1:], plugins=[no_final_gc]); sys.stdout.flush(); sys.stderr.flush(); os._exit(int(code))"
 )
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def write_out(text: str, out: IO[str] | None = None) -> None:
+    """Write ``text`` to ``out`` (stdout) and flush it. A closed output (the terminal went away,
+    ``| head -1``) ends the printing, never the run: the stream's descriptor is pointed at
+    /dev/null, so later writes, and the interpreter's last flush, go nowhere without an error."""
+    out = sys.stdout if out is None else out
+    try:
+        out.write(text)
+        out.flush()
+    except (OSError, ValueError):  # EPIPE, EIO (a hung-up terminal), a closed file
+        _silence(out)
+
+
+def say(line: str, out: IO[str] | None = None) -> None:
+    """One line of output (see write_out)."""
+    write_out(line + "\n", out)
+
+
+def _silence(out: IO[str]) -> None:
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a file descriptor (a test's StringIO): nothing to redirect
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    with contextlib.suppress(OSError, ValueError):
+        out.flush()  # what was buffered goes to /dev/null now
 
 
 # ---------------------------------------------------------------------------- environments
@@ -234,7 +274,7 @@ def run_installer(cmd: Sequence[str], *, log_path: Path | None = None, heartbeat
     stops the installer first.
     """
     cmd = [str(c) for c in cmd]
-    print(f"cell: {' '.join(cmd)}", flush=True)
+    say(f"cell: {' '.join(cmd)}")
     progress = _InstallProgress()
     with open(log_path, "a", encoding="utf-8") if log_path else contextlib.nullcontext() as log:
         if log:
@@ -277,14 +317,13 @@ def _pass_lines(lines: queue.Queue[str | None], progress: _InstallProgress, log:
         try:
             line = lines.get(timeout=max(0.0, quiet_since + heartbeat_s - time.monotonic()))
         except queue.Empty:
-            print(progress.heartbeat(log_path), flush=True)
+            say(progress.heartbeat(log_path))
             quiet_since = time.monotonic()
             continue
         if line is None:
             return
         progress.add(line)
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        say(line)
         if log:
             log.write(line + "\n")
             log.flush()
@@ -355,7 +394,7 @@ def _environment(probe: dict[str, Any]) -> dict[str, Any]:
 
 
 class CellInterrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT (a CI cancel, Ctrl-C) reached the cell runner.
+    """SIGTERM, SIGINT or SIGHUP (a CI cancel, Ctrl-C, the terminal closed) reached the cell runner.
 
     A KeyboardInterrupt, so that nox stops the whole run as it does for Ctrl-C; the cell
     has recorded itself as interrupted by then.
@@ -366,7 +405,9 @@ class CellInterrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP: the terminal closed. Like SIGTERM, it stops the run and is recorded, instead of
+# killing the runner outright and leaving its tests running. (POSIX only.)
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGINT, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 def signal_name(signum: int) -> str:
@@ -377,7 +418,7 @@ def signal_name(signum: int) -> str:
 
 
 class Interrupts:
-    """Raises CellInterrupted for the first SIGTERM or SIGINT, once.
+    """Raises CellInterrupted for the first of INTERRUPTING_SIGNALS, once.
 
     Inside ``deferred()`` (stopping the test process, writing a result) the exception waits
     until the block is done: cleanup cut short by a signal would leave what it cleans up.
@@ -410,7 +451,7 @@ class Interrupts:
 
 @contextlib.contextmanager
 def interrupts_raised() -> Iterator[Interrupts]:
-    """SIGTERM and SIGINT become CellInterrupted while the block runs; the previous handlers
+    """SIGTERM, SIGINT and SIGHUP become CellInterrupted while the block runs; the previous handlers
     come back after it. Python delivers signals to the main thread only, so elsewhere this
     changes nothing (and ``deferred()`` still works)."""
     interrupts = Interrupts()
@@ -436,20 +477,106 @@ class SuiteRun:
     returncode: int | None  # None: killed at the time limit
     seconds: float
     tail: list[str] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)  # processes it started that outlived the kill
 
     @property
     def timed_out(self) -> bool:
         return self.returncode is None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the test process and everything it started (it leads its own process group):
-    SIGTERM, a grace period for the leader, then SIGKILL for whatever is left."""
+# Processes the test process started that left its process group (setsid, a daemon) are out of
+# reach of a group kill. They are found by their parent links while the test process lives,
+# noted every SWEEP_S (a process is its pid and its start time, so a pid used again is never
+# mistaken for it) and killed with the group. Linux only (/proc); elsewhere the group kill
+# is all there is. A process that left before it was ever noted (a double fork within
+# SWEEP_S) is not found.
+SWEEP_S = 1.0
+Stray = tuple[int, int]  # pid, start time (clock ticks since boot)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: state, ppid, ..., start time at index 19."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> set[Stray]:
+    """Every process below ``pid`` by parent links, now (empty without /proc)."""
+    children: dict[int, list[Stray]] = collections.defaultdict(list)
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        fields = _stat_fields(int(entry)) if entry.isdigit() else None
+        if fields and len(fields) > 19:
+            children[int(fields[1])].append((int(entry), int(fields[19])))
+    found: set[Stray] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child[0])
+    return found
+
+
+def _alive(stray: Stray) -> bool:
+    fields = _stat_fields(stray[0])
+    return bool(fields) and len(fields) > 19 and int(fields[19]) == stray[1] and fields[0] not in ("Z", "X")
+
+
+def _signal_strays(strays: Iterable[Stray], sig: int) -> None:
+    for stray in strays:
+        if _alive(stray):  # still that process, not a pid used again
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stray[0], sig)
+
+
+def _outlived(strays: Iterable[Stray]) -> list[str]:
+    """The strays still running a moment after SIGKILL, as ``pid N (command)``."""
+    deadline = time.monotonic() + KILL_GRACE_S
+    left = [s for s in strays if _alive(s)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [s for s in left if _alive(s)]
+    return [f"pid {pid} ({_command_of(pid)})" for pid, _ in sorted(left)]
+
+
+def _command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _kill_group(proc: subprocess.Popen[bytes], strays: Iterable[Stray] = ()) -> list[str]:
+    """Stop the test process and everything it started: its process group (it leads one) and the
+    strays that left it, SIGTERM, a grace period for the leader, then SIGKILL for whatever is
+    left. Returns the processes that outlived it."""
+    strays = set(strays) | (descendants(proc.pid) if proc.poll() is None else set())
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
+        _signal_strays(strays, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
+    return _outlived(strays)
+
+
+def _wait_noting_strays(proc: subprocess.Popen[bytes], time_limit_s: float, strays: set[Stray]) -> int:
+    """proc.wait(timeout=time_limit_s), noting the processes below it every SWEEP_S."""
+    deadline = time.monotonic() + time_limit_s
+    while True:
+        strays |= descendants(proc.pid)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, time_limit_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=min(left, SWEEP_S))
 
 
 def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: Path | None = None,
@@ -472,28 +599,29 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
                 text = line.decode("utf-8", "replace")
                 tail.append(text.rstrip("\n"))
                 if echo:
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
+                    write_out(text)
 
         proc: subprocess.Popen[bytes] | None = None
         reader: threading.Thread | None = None
         returncode: int | None = None
+        strays: set[Stray] = set()
+        survivors: list[str] = []
         try:
             with uninterrupted():  # a signal waits until the group exists and this try guards it
                 proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         cwd=cwd, env=env, start_new_session=True)
                 reader = threading.Thread(target=pump, args=(proc,), daemon=True)
                 reader.start()
-            returncode = proc.wait(timeout=time_limit_s)
+            returncode = _wait_noting_strays(proc, time_limit_s, strays)
         except subprocess.TimeoutExpired:
             returncode = None
         finally:  # the time limit, an interrupt, or strays that outlived pytest
             with uninterrupted():
                 if proc is not None:
-                    _kill_group(proc)
+                    survivors = _kill_group(proc, strays)
                 if reader is not None:
                     reader.join(timeout=KILL_GRACE_S)
-    return SuiteRun(returncode, time.monotonic() - started, list(tail))
+    return SuiteRun(returncode, time.monotonic() - started, list(tail), survivors)
 
 
 def _exit_description(returncode: int) -> str:
@@ -517,11 +645,20 @@ def _with_tail(headline: str, tail: list[str]) -> str:
 
 
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a log, from its last LOG_TAIL_BYTES; none for a log that cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return []  # a FIFO would block, a device never end
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - LOG_TAIL_BYTES))
+            data = fh.read(LOG_TAIL_BYTES)
     except OSError:
         return []
-    return text.splitlines()[-lines:]
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if size > LOG_TAIL_BYTES and text:
+        text = text[1:]  # the first line was cut
+    return text[-lines:]
 
 
 # ---------------------------------------------------------------------------- one cell
@@ -626,8 +763,47 @@ class CellRun:
         with self.interrupts.deferred():
             result.write(self.spec.result_path)
             self.answered = True
-        print(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}", flush=True)
+        say(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}")
         return result
+
+
+class ResultPathUnusable(results.ResultPathBusy):
+    """The cell cannot write its result file or log where it was told (a file where its folder
+    should be, no permission, a read-only file system). A ResultPathBusy, so that every command
+    that refuses a busy result path (cell, bisect, nox's sessions) refuses this one the same
+    way: one line naming the path, nothing run."""
+
+
+def file_in_the_way(folder: Path) -> Path | None:
+    """The first of ``folder`` and its parents that exists and is not a folder, if any."""
+    for path in (folder, *folder.parents):
+        try:
+            if path.exists() or path.is_symlink():
+                return None if path.is_dir() else path
+        except OSError:  # cannot even look: the error that follows will say why
+            return None
+    return None
+
+
+def _cannot_write(spec: CellSpec, exc: OSError) -> ResultPathUnusable:
+    culprit = file_in_the_way(spec.results_dir)
+    if culprit is not None:
+        why = f"{culprit} is not a folder"
+    else:
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    return ResultPathUnusable(f"{spec.results_dir}: cannot write the cell's result and log there ({why})")
+
+
+def _claim(spec: CellSpec, run: CellRun, stack: contextlib.ExitStack) -> None:
+    """Take the lock, put the placeholder at the result path and start a fresh log."""
+    try:
+        stack.enter_context(results.exclusive(spec.result_path))
+        run.claimed = True
+        stack.callback(spec.remove_staging)
+        results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
+        spec.log_path.write_text("")  # a fresh log per run
+    except OSError as exc:
+        raise _cannot_write(spec, exc) from None
 
 
 @contextlib.contextmanager
@@ -635,9 +811,10 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
     """Hold the cell's result path for the whole run.
 
     A second run on the same path raises results.ResultPathBusy before touching the
-    result or the log. While the run lasts the path holds an ``interrupted`` placeholder,
-    so a run killed outright (SIGKILL) never leaves an older result standing. SIGTERM or
-    SIGINT stops the test process, records ``interrupted`` naming the signal, and raises
+    result or the log; a path the cell cannot write raises ResultPathUnusable (one line)
+    before anything runs. While the run lasts the path holds an ``interrupted`` placeholder,
+    so a run killed outright (SIGKILL) never leaves an older result standing. SIGTERM,
+    SIGINT or SIGHUP stops the test process, records ``interrupted`` naming the signal, and raises
     CellInterrupted; a bug in the runner is recorded as ``error``. The lock and staging
     files are removed on the way out.
     """
@@ -646,12 +823,13 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
     run = CellRun(spec, interrupts)
     try:
         with interrupts.deferred():  # a signal waits until the path is ours and says so
-            stack.enter_context(results.exclusive(spec.result_path))
-            run.claimed = True
-            stack.callback(spec.remove_staging)
-            results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
-            spec.log_path.write_text("")  # a fresh log per run
+            _claim(spec, run, stack)
         yield run
+    except ResultPathUnusable as exc:
+        if run.claimed and not run.answered:  # the placeholder went in, the log did not
+            with contextlib.suppress(OSError):
+                run.fault("error", str(exc))
+        raise
     except CellInterrupted as exc:
         if run.claimed and not run.answered:
             headline = f"interrupted by {signal_name(exc.signum)} (a cancelled CI job, Ctrl-C, a kill)"
@@ -713,15 +891,16 @@ def _where_from(spec: CellSpec) -> str:
 
 def _note(log_path: Path, line: str) -> None:
     """A line of the runner's own, on stdout and in the cell's log."""
-    print(line, flush=True)
+    say(line)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(line + "\n")
 
 
 def run_cell(spec: CellSpec, python: Path | str, *, env_dir: Path | None = None) -> results.CellResult:
     """Claim the result path, check the torch, run the suite in its own process group, and
-    write the cell's answer. Raises results.ResultPathBusy when another run holds the path,
-    CellInterrupted (after recording it) on SIGTERM or SIGINT."""
+    write the cell's answer. Raises results.ResultPathBusy when another run holds the path (or
+    ResultPathUnusable, one, when it cannot be written), CellInterrupted (after recording it)
+    on SIGTERM, SIGINT or SIGHUP."""
     with claimed(spec) as run:
         return _check_and_test(run, python, env_dir)
 
@@ -751,20 +930,46 @@ def _suite_command(spec: CellSpec, python: Path | str) -> list[str]:
 def _answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
     """The cell's answer from how the suite ended and what it wrote."""
     spec = run.spec
+    tail = suite.tail or _log_tail(spec.log_path)  # a suite that printed nothing: the log's own last lines
+    outlived = [f"processes it started outlived the kill: {', '.join(suite.survivors)}"] if suite.survivors else []
+
+    def fault(status: str, headline: str) -> results.CellResult:
+        return run.fault(status, _with_tail("; ".join([headline, *outlived]), tail))
+
     if suite.timed_out:
-        return run.fault("timed_out", _with_tail(f"killed after the cell's time limit of {spec.time_limit_s:g} s", suite.tail))
+        return fault("timed_out", f"killed after the cell's time limit of {spec.time_limit_s:g} s")
     if suite.returncode not in PYTEST_FINISHED:
-        return run.fault(_status_of_exit(suite.returncode), _with_tail(_exit_description(suite.returncode), suite.tail))
+        return fault(_status_of_exit(suite.returncode), _exit_description(suite.returncode))
     try:
         written = results.load(spec.staging_path)
     except results.ResultFileError as exc:
-        return run.fault("error", _with_tail(f"pytest exited {suite.returncode} without a usable result file ({exc})", suite.tail))
-    return run.finish(_as_cell_result(spec, written))
+        return fault("error", f"{_finished_description(suite.returncode)} without a usable result file ({exc})")
+    if problem := _not_what_the_cell_set(spec, written):
+        return run.fault("error", problem)
+    return run.finish(_as_cell_result(spec, written, warnings=outlived))
 
 
-def _as_cell_result(spec: CellSpec, written: results.CellResult) -> results.CellResult:
-    """The suite's result, with what the cell asked for, refused when the suite imported another torch."""
+def _finished_description(returncode: int) -> str:
+    name = PYTEST_EXIT_NAMES.get(returncode) if returncode not in (0, 1) else None
+    return f"pytest exited {returncode}" + (f" ({name})" if name else "")
+
+
+def _not_what_the_cell_set(spec: CellSpec, written: results.CellResult) -> str | None:
+    """The suite's result under another name or profile than the cell gave it: an option the cell
+    sets itself reached pytest some way the refusal did not see (a plugin, a conftest)."""
+    profile = written.get("hypothesis_profile")
+    if written.name == spec.name and profile in (None, spec.hypothesis_profile):
+        return None
+    return (f"the suite recorded cell {written.name!r} with hypothesis profile {profile!r}, the cell set "
+            f"{spec.name!r} with {spec.hypothesis_profile!r}: an option the cell sets itself reached pytest")
+
+
+def _as_cell_result(spec: CellSpec, written: results.CellResult, warnings: Sequence[str] = ()) -> results.CellResult:
+    """The suite's result, with what the cell asked for (and the runner's warnings), refused when the
+    suite imported another torch."""
     data = written.to_json()
+    if warnings:
+        data["warnings"] = [*written.warnings, *warnings]
     data["requested"] = {**spec.requested(), **written.requested}  # the suite's own keys (promises) win
     got = written.environment.get("torch")
     if spec.release is not None and got and base_version(str(got)) != spec.release.version:

@@ -6,8 +6,8 @@ project, check it got that torch, run the suite and write results/<cell>.json an
 (cell.install_and_run). Exit 0 when the cell is clean, 1 when it is not (failed,
 untested, not installed, crashed, ...), 2 for bad input (a release or device the matrix
 does not have, an option the cell sets itself among the pytest arguments, a result file
-another run is writing), 130 or 143 when SIGINT or SIGTERM stopped it (recorded as
-interrupted).
+another run is writing, a results folder it cannot write), 129, 130 or 143 when SIGHUP,
+SIGINT or SIGTERM stopped it (recorded as interrupted).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from cpugpu_conformance.cli_common import (
     add_matrix_option,
     add_results_option,
     checkout,
-    default_results,
     error,
     interrupted_exit,
     load_matrix,
     parse,
     parser_for,
     refuse_owned_options,
+    results_folder,
 )
 
 PROG = "cell"
@@ -82,15 +82,16 @@ def run(args: argparse.Namespace) -> int:
         with cells.interrupts_raised():
             pytest_args = getattr(args, "pytest_args", [])
             refuse_owned_options(pytest_args)
+            results_dir = results_folder(args.results)
             matrix = load_matrix(args.matrix)
             cell = matrix_cell(matrix, args.torch, args.device)
             project = checkout()
             result = run_matrix_cell(cell, env_dir=args.env or project / ".nox" / cell.name,
-                                     python_version=matrix.python, results_dir=args.results or default_results(),
+                                     python_version=matrix.python, results_dir=results_dir,
                                      project_dir=project, pytest_args=pytest_args)
     except UsageError as exc:
         return error(PROG, str(exc))
-    except results.ResultPathBusy as exc:
+    except results.ResultPathBusy as exc:  # another run holds it, or the cell cannot write there
         return error(PROG, str(exc))
     except cells.CellInterrupted as exc:
         return interrupted_exit(exc.signum)

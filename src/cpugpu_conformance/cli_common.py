@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
+import re
+import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from cpugpu_conformance import matrix as matrices
@@ -52,6 +53,18 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
                         help="where result files and logs go (default: $CONFORMANCE_RESULTS, else results)")
 
 
+def results_folder(path: Path | None) -> Path:
+    """--results (or its default), refused when a file stands where the folder would be: every
+    cell would fail to write there, so nothing is run."""
+    from cpugpu_conformance.cell import file_in_the_way
+
+    folder = path or default_results()
+    culprit = file_in_the_way(folder.absolute())
+    if culprit is not None:
+        raise UsageError(f"{folder}: cannot hold result files: {culprit} is not a folder (--results)")
+    return folder
+
+
 def load_matrix(path: Path | None) -> matrices.Matrix:
     """The validated matrix; UsageError with its problems (one line each, file and key named)."""
     try:
@@ -80,11 +93,62 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def refuse_owned_options(pytest_args: Sequence[str], allowed: Sequence[str] = ()) -> None:
+# Ways to hand pytest options without naming them: a file of arguments (@FILE), a configuration
+# file of the caller's choosing (-c FILE, whose addopts pytest reads) and addopts overridden
+# on the command line (-o addopts=...).
+_SMUGGLING = {
+    "@": "pytest would read arguments from that file; give them on the command line",
+    "-c": "the cell runs with the checkout's pytest configuration (another one's addopts are options too)",
+    "addopts": "-o addopts=... hands pytest options; give them on the command line",
+}
+_SHORT_WITH_VALUE = "kmcoprWn"  # pytest's (and xdist's) one-letter options that take a value
+
+
+def refuse_owned_options(pytest_args: Sequence[str], allowed: Sequence[str] = (), *,
+                         environ: Mapping[str, str] | None = None) -> None:
+    """UsageError (one line) for an option the cell sets itself among pytest's arguments, however
+    it is spelt: ``--opt=value``, an abbreviation (older pytests accept them), or smuggled in
+    through an argument file, a configuration file, ``-o addopts`` or $PYTEST_ADDOPTS."""
     for arg in pytest_args:
-        option = arg.split("=", 1)[0]
-        if option in CELL_OWNED_OPTIONS and option not in allowed:
-            raise UsageError(f"{option} among the pytest arguments: {CELL_OWNED_OPTIONS[option]}")
+        _refuse_owned(arg, allowed)
+    addopts = (os.environ if environ is None else environ).get("PYTEST_ADDOPTS", "")
+    try:
+        words = shlex.split(addopts)
+    except ValueError:
+        words = addopts.split()
+    for word in words:
+        try:
+            _refuse_owned(word, allowed)
+        except UsageError as exc:
+            raise UsageError(f"PYTEST_ADDOPTS: {exc}") from None
+
+
+def _refuse_owned(arg: str, allowed: Sequence[str]) -> None:
+    if arg.startswith("@"):
+        raise UsageError(f"{arg} among the pytest arguments: {_SMUGGLING['@']}")
+    if re.search(r"addopts\s*=", arg):
+        raise UsageError(f"{arg} among the pytest arguments: {_SMUGGLING['addopts']}")
+    if arg.startswith("--config-file") or (not arg.startswith("--") and "c" in _short_letters(arg)):
+        raise UsageError(f"{arg} among the pytest arguments: {_SMUGGLING['-c']}")
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or name == "--":
+        return
+    for option, why in CELL_OWNED_OPTIONS.items():
+        if option.startswith(name) and option not in allowed:  # the option, or an abbreviation of it
+            raise UsageError(f"{name if name == option else f'{name} (an abbreviation of {option})'} "
+                             f"among the pytest arguments: {why}")
+
+
+def _short_letters(arg: str) -> str:
+    """The one-letter options of ``-vxc``-style argument (up to the first that takes a value)."""
+    if not arg.startswith("-") or arg == "-":
+        return ""
+    letters = ""
+    for letter in arg[1:]:
+        letters += letter
+        if letter in _SHORT_WITH_VALUE:
+            break
+    return letters
 
 
 def parser_for(prog: str, help_text: str,
@@ -119,9 +183,11 @@ def error(prog: str, message: str) -> int:
 
 
 def interrupted_exit(signum: int) -> int:
-    """A shell's code for a command ended by a signal (130 for SIGINT, 143 for SIGTERM)."""
+    """A shell's code for a command ended by a signal (129 for SIGHUP, 130 for SIGINT, 143 for SIGTERM)."""
     return 128 + int(signum)
 
 
 def is_interrupted_exit(code: int) -> bool:
-    return code in (interrupted_exit(signal.SIGINT), interrupted_exit(signal.SIGTERM))
+    from cpugpu_conformance.cell import INTERRUPTING_SIGNALS
+
+    return code in {interrupted_exit(signum) for signum in INTERRUPTING_SIGNALS}

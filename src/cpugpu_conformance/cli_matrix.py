@@ -4,10 +4,13 @@ Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own e
 (<envdir>/<cell>, default .nox/ in the checkout: the ones ``cell`` makes and reuses) and its
 own result file and log (results/<cell>.json and .log). The output is one line when a cell
 starts (with its log) and one when it ends (its answer); ``--stream`` adds every line of
-every cell, prefixed by the cell's name. SIGINT or SIGTERM stops every running cell, each
-recording itself as interrupted, and starts no other. The run ends with the summary table
-of the cells it ran. Exit 0 only when every cell was clean; 1 otherwise; 2 for bad input;
-130 or 143 when a signal stopped it.
+every cell, prefixed by the cell's name. SIGINT, SIGTERM or SIGHUP (the terminal closed)
+stops every running cell, each recording itself as interrupted, and starts no other. The
+run ends with the summary table of the cells it ran. Only a result file this run wrote
+answers for a cell: one the cell command left as it was (it refused to start, or could not
+write there) is "no answer written this run", never an earlier run's verdict. A closed
+output (``| head``) stops the printing, never a cell. Exit 0 only when every cell was clean;
+1 otherwise; 2 for bad input; 129, 130 or 143 when a signal stopped it.
 """
 
 from __future__ import annotations
@@ -16,23 +19,25 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cpugpu_conformance import cell as cells
 from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import parallel, results
 from cpugpu_conformance.cli_common import (
+    EXIT_USAGE,
     UsageError,
     add_matrix_option,
     add_results_option,
     checkout,
-    default_results,
     error,
     interrupted_exit,
     load_matrix,
     parse,
     parser_for,
     refuse_owned_options,
+    results_folder,
 )
 
 PROG = "matrix"
@@ -80,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs < 1:
             raise UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
         refuse_owned_options(pytest_args)
+        results_dir = results_folder(args.results).resolve()
         matrix = load_matrix(args.matrix)
         try:
             chosen = matrix.select(args.select)
@@ -88,80 +94,124 @@ def run(args: argparse.Namespace) -> int:
         project = checkout()
     except UsageError as exc:
         return error(PROG, str(exc))
-    results_dir = (args.results or default_results()).resolve()
     envdir = (args.envdir or project / ".nox").resolve()
     jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
-    print(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}", flush=True)
+    cells.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
     return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
 
 
 def run_cells(jobs: list[parallel.Job], max_jobs: int, results_dir: Path, *, stream: bool = False,
               cwd: Path | None = None) -> int:
     """Run the cells' commands side by side, then the summary table; the exit code of the whole run."""
-    progress = Progress(results_dir, len(jobs))
+    progress = Progress(results_dir, jobs)
     outcome = parallel.run_jobs(jobs, max_jobs, stream=stream, cwd=cwd, env=child_env(),
                                 on_start=progress.started, on_finish=progress.finished)
     if outcome.signum is not None:
-        for done in outcome.finished:
-            record_if_stale(results_dir / f"{done.name}.json", done, outcome.signum)
-    return report(outcome, results_dir)
+        progress.record_interrupted(outcome.signum)
+    return report(outcome, results_dir, progress.unanswered)
+
+
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """What changes whenever a file is written (results are written anew and renamed into place,
+    so a new inode and ctime); None when there is none."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 class Progress:
-    """One line when a cell starts, one when it ends."""
+    """One line when a cell starts, one when it ends; and which cells wrote no answer this run.
 
-    def __init__(self, results_dir: Path, total: int) -> None:
-        self.results_dir, self.total, self.count = results_dir, total, 0
+    Every cell's result file is noted before any cell starts: a cell whose command ended
+    without writing it (refused, could not write there, died before it held its path) has
+    no answer from this run, whatever an earlier run left there.
+    """
+
+    def __init__(self, results_dir: Path, jobs: Sequence[parallel.Job]) -> None:
+        self.results_dir, self.total, self.count = results_dir, len(jobs), 0
+        self.before = {job.name: file_identity(self.path(job.name)) for job in jobs}
+        self.unanswered: dict[str, str] = {}  # cell -> why it has no answer from this run
+
+    def path(self, name: str) -> Path:
+        return self.results_dir / f"{name}.json"
 
     def started(self, job: parallel.Job) -> str:
         self.count += 1
         return f"[{self.count}/{self.total}] {job.name}: started (log: {job.log})"
 
+    def written_this_run(self, done: parallel.Finished) -> bool:
+        """Exit 2 is a cell that refused to run (a busy path is another run's file)."""
+        return done.returncode != EXIT_USAGE and file_identity(self.path(done.name)) != self.before.get(done.name)
+
     def finished(self, done: parallel.Finished) -> str:
-        path = self.results_dir / f"{done.name}.json"
-        try:
-            answer = results.load(path).describe()
-        except results.ResultFileError as exc:
-            answer = f"no usable result ({exc})"
+        if self.written_this_run(done):
+            try:
+                answer = results.load(self.path(done.name)).describe()
+            except results.ResultFileError as exc:
+                answer = f"no usable result ({exc})"
+        else:
+            self.unanswered[done.name] = no_answer(self.path(done.name), done)
+            answer = "NO ANSWER written this run"
         line = f"{done.name}: {answer} in {done.seconds:.1f} s"
-        if done.returncode not in (0, 1) and not _by_signal(done.returncode):
+        if (done.returncode not in (0, 1) and not _by_signal(done.returncode)) or done.name in self.unanswered:
             line += f"\n{done.name}: the cell command exited {done.returncode}; its last lines:\n" + "\n".join(
                 f"  {t}" for t in done.tail[-10:])
         return line
+
+    def record_interrupted(self, signum: int) -> None:
+        """After a signal: a cell that wrote nothing this run is recorded as interrupted where it can be."""
+        for name in list(self.unanswered):
+            if record_interrupted(self.path(name), name, signum):
+                del self.unanswered[name]
+
+
+def no_answer(path: Path, done: parallel.Finished) -> str:
+    last = next((line.strip() for line in reversed(done.tail) if line.strip()), None)
+    why = f"no answer written this run (the cell command exited {done.returncode}{f': {last}' if last else ''})"
+    if path.exists() or path.is_symlink():
+        why += f"; {path} is left from an earlier run"
+    return why
 
 
 def _by_signal(returncode: int) -> bool:
     return returncode < 0 or returncode > 128
 
 
-def record_if_stale(path: Path, done: parallel.Finished, signum: int) -> None:
+def record_interrupted(path: Path, name: str, signum: int) -> bool:
     """A cell stopped before it held its result path (its first moments) left the file of an
-    earlier run, or none: record it as interrupted, so no earlier pass stands for this run."""
-    try:
-        touched = path.stat().st_mtime >= done.started_at - 1
-    except OSError:
-        touched = False
-    if touched:
-        return  # this run's own answer (interrupted, or finished just before the signal)
+    earlier run, or none: record it as interrupted, so no earlier pass stands for this run.
+    False when that cannot be written (another run holds the path, or it is not writable)."""
     try:
         with results.exclusive(path):
-            results.new_result(done.name, "interrupted", detail=(
+            results.new_result(name, "interrupted", detail=(
                 f"interrupted by {cells.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
             )).write(path)
-    except results.ResultPathBusy:
-        pass  # another run is writing it: its answer, not ours
+    except (results.ResultPathBusy, OSError):
+        return False  # another run is writing it (its answer, not ours), or nothing can be written there
+    return True
 
 
-def report(outcome: parallel.Outcome, results_dir: Path) -> int:
-    """The summary table of the cells that ran; the exit code of the whole run."""
-    names = [d.name for d in outcome.finished]
+def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, str] | None = None) -> int:
+    """The summary table of the cells that ran (those with no answer from this run as such);
+    the exit code of the whole run."""
+    unanswered = unanswered or {}
+    names = [d.name for d in outcome.finished if d.name not in unanswered]
     rows = cells.summarize(results_dir, names) if names else []
+    rows += [unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
+    rows.sort(key=lambda r: (cells._sort_key(r.torch), r.device, r.cell))
     if rows:
-        print("\n" + cells.format_summary(rows), flush=True)
+        cells.say("\n" + cells.format_summary(rows))
     if outcome.not_started:
         why = f"stopped by {cells.signal_name(outcome.signum)}" if outcome.signum else "not run"
-        print(f"not started ({why}): {', '.join(outcome.not_started)}", flush=True)
+        cells.say(f"not started ({why}): {', '.join(outcome.not_started)}")
     if outcome.signum is not None:
         return interrupted_exit(outcome.signum)
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
     return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
+
+
+def unanswered_row(path: Path, name: str, why: str) -> cells.Row:
+    """A summary row for a cell with no answer from this run, whatever file is at its path: never clean."""
+    return replace(cells._row_without_result(name, path, results.ResultFileError(why)), answer="no_result")

@@ -1,4 +1,4 @@
-"""Run commands side by side, at most N at a time, and stop them all cleanly on SIGINT or SIGTERM.
+"""Run commands side by side, at most N at a time, and stop them all cleanly on SIGINT, SIGTERM or SIGHUP.
 
 Each command runs in a process of its own, leading its own session: a terminal's Ctrl-C
 reaches only this process, which forwards the signal to every command still running and
@@ -9,7 +9,9 @@ cell runner keeps cell.py's own handling, unchanged.
 
 A command's output is read line by line: kept (its last lines, to explain an unexpected
 exit) and, with ``stream``, printed prefixed by the command's name. The caller's progress
-lines (on_start, on_finish) are printed between whole lines, never inside one.
+lines (on_start, on_finish) are printed between whole lines, never inside one. An output
+that closes (the terminal went away, ``| head``) stops the printing, nothing else: every
+command's output is still read to its end, so none blocks on a full pipe.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from cpugpu_conformance.cell import CellInterrupted, interrupts_raised
+from cpugpu_conformance.cell import CellInterrupted, interrupts_raised, say
 
 TAIL_LINES = 40
 POLL_S = 0.1
@@ -68,15 +70,14 @@ class _Running:
 
 
 class _Printer:
-    """Whole lines to one stream, from several threads."""
+    """Whole lines to one stream, from several threads; a closed stream is not an error (cell.say)."""
 
     def __init__(self, out: IO[str]) -> None:
         self.out, self.lock = out, threading.Lock()
 
     def line(self, text: str) -> None:
         with self.lock:
-            self.out.write(text + "\n")
-            self.out.flush()
+            say(text, self.out)
 
 
 def run_jobs(jobs: Sequence[Job], max_jobs: int, *, stream: bool = False, out: IO[str] | None = None,
@@ -85,8 +86,8 @@ def run_jobs(jobs: Sequence[Job], max_jobs: int, *, stream: bool = False, out: I
              on_finish: Callable[[Finished], str | None] | None = None,
              stop_grace_s: float = STOP_GRACE_S) -> Outcome:
     """Run ``jobs`` in order, ``max_jobs`` at a time; returns when all ended, or after a signal
-    once every running one has ended (``Outcome.signum``). Handles SIGINT and SIGTERM only
-    in the main thread (elsewhere signals keep their handlers)."""
+    once every running one has ended (``Outcome.signum``). Handles SIGINT, SIGTERM and SIGHUP
+    (cell.INTERRUPTING_SIGNALS) only in the main thread (elsewhere signals keep their handlers)."""
     if max_jobs < 1:
         raise ValueError("max_jobs must be at least 1")
     printer = _Printer(out or sys.stdout)
