@@ -36,7 +36,7 @@ import markupsafe
 
 from . import compat
 from .compat import ANSWERS, MARKS, Cell, Column, ObservationChange, Step, VerdictChange
-from .results import SHORT_LIMIT, CellResult, Outcome, ResultFileError, clean_text, json_of, read_regular_file, schema
+from .results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
 COMPAT_SCHEMA_VERSION = 3
@@ -46,13 +46,6 @@ PROG = "cpugpu-conformance report"
 
 class ReportError(Exception):
     """The report cannot be made at all (no results, unwritable output): exit 2."""
-
-
-def one_line(text: Any, limit: int = SHORT_LIMIT) -> str:
-    """Text from outside (a file name, an error) as one printable line: no escape or control
-    sequences, no newlines, and no lone surrogates (a non-UTF-8 file name) to break encoding."""
-    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return " ".join(clean_text(text, limit).split("\n")).replace("\t", " ")
 
 
 @dataclass
@@ -509,8 +502,16 @@ HELP = "merge cell result files into compat.json, COMPAT.md and index.html"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", type=Path, help="folder holding one <cell>.json per cell")
-    parser.add_argument("--out", type=Path, default=Path("compat"), help="output folder (default: compat)")
+    # Strings, made paths in run(): Path("") is the current folder, and an empty --out must be refused, not obeyed.
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="folder holding one <cell>.json per cell")
+    parser.add_argument("--out", default="compat", help="output folder (default: compat)")
+
+
+def _folder(name: str, value: str | os.PathLike[str]) -> Path:
+    """A folder argument as a path; an empty one is bad input (it would mean the current folder)."""
+    if str(value) == "":
+        raise ReportError(f"{name} '': an empty path (it would stand for the current folder)")
+    return Path(value)
 
 
 def warnings(got: Collected) -> list[str]:
@@ -524,7 +525,7 @@ def warnings(got: Collected) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        got = make_report(args.results_dir, args.out)
+        got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
     except ReportError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
