@@ -39,7 +39,7 @@ from .compat import ANSWERS, MARKS, Cell, Column, ObservationChange, Step, Verdi
 from .results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
-COMPAT_SCHEMA_VERSION = 3
+COMPAT_SCHEMA_VERSION = 4
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
 PROG = "cpugpu-conformance report"
 
@@ -139,8 +139,8 @@ def _changes_json(verdicts: list[VerdictChange], observations: list[ObservationC
         "verdicts": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "device": c.device,
                       "promises": list(c.promises), "before": _mark_json(c.before), "after": _mark_json(c.after)}
                      for c in verdicts],
-        "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "probe": c.probe,
-                          "before": c.before, "after": c.after} for c in observations],
+        "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "machine": c.machine,
+                          "probe": c.probe, "before": c.before, "after": c.after} for c in observations],
     }
 
 
@@ -254,6 +254,13 @@ def _shown(out: Outcome | None) -> dict[str, Any] | None:
     return None if out is None else {"kind": out.kind, "style": MARKS[out.kind], "note": out.note}
 
 
+def _observation_histories(got: Collected) -> list[dict[str, Any]]:
+    """One changelog of observed behaviour per kind of machine, each with the cells it reads."""
+    return [{"machine": machine, "cells": compat.observed_on(got.cells, machine),
+             "log": _by_step([(c.step, c) for c in got.observation_changes if c.machine == machine])}
+            for machine in compat.machines(got.cells)]
+
+
 def build_view(got: Collected) -> dict[str, Any]:
     cells = got.cells
     cols = compat.columns(cells)
@@ -272,7 +279,7 @@ def build_view(got: Collected) -> dict[str, Any]:
         "incomplete": [c for c in cells if not c.completed],
         "observed_cells": observed_cells,
         "unobserved_cells": [c for c in cells if not c.result.observations],
-        "observation_log": _by_step([(c.step, c) for c in got.observation_changes]),
+        "observation_histories": _observation_histories(got),
         "changed_probes": [row for row in probe_rows if row.ever_changed],
         "unchanged_probes": [row for row in probe_rows if not row.ever_changed],
         "env_keys": sorted({k for c in cells for k in c.result.environment}),
