@@ -74,7 +74,7 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     for i, reg in enumerate(cmp.regressions, 1):
         out += ["", f"REGRESSION {i}: {reg.line()}"]
         for failure in reg.after.failures:
-            out.append(f"  failed: {failure.get('test')}")
+            out.append(f"  failed: {one_line(failure.get('test'))}")
             out.append(_indent(str(failure.get("message") or ""), "    "))
             reproducer = failure.get("reproducer")
             out += ["  reproducer:", _indent(str(reproducer), "    ")] if reproducer else ["  (no reproducer recorded)"]
