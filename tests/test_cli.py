@@ -92,3 +92,34 @@ def test_run_imports_none_of_the_tools():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# --- an empty path is bad input, never the current folder ---------------------------------------
+
+EMPTY = "an empty path (it would stand for the current folder)"
+
+
+@pytest.mark.parametrize(("argv", "culprit"), [
+    (["report", "results", "--out", ""], "--out"),
+    (["report", "results", "--out="], "--out"),
+    (["report", ""], "RESULTS_DIR"),
+    (["summary", ""], "RESULTS_DIR"),
+    (["matrix", "--results", ""], "--results"),
+    (["matrix", "--envdir", ""], "--envdir"),
+    (["matrix", "--matrix", ""], "--matrix"),
+    (["cells", "--matrix", ""], "--matrix"),
+    (["cell", "2.13.0", "--results", ""], "--results"),
+    (["cell", "2.13.0", "--env", ""], "--env"),
+    (["bisect", "2.12.0", "2.13.0", "--results", ""], "--results"),
+    (["bisect", "2.12.0", "2.13.0", "--envdir", ""], "--envdir"),
+])
+def test_an_empty_path_is_one_line_exit_2_and_nothing_is_written(tmp_path, monkeypatch, capsys, argv, culprit):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    rf.write(tmp_path / "results", "torch-2.13.0.json", rf.completed("2.13.0"))
+    (tmp_path / "index.html").write_text("someone else's page\n", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"cpugpu-conformance {argv[0]}: error: {culprit} '': {EMPTY}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "index.html").read_text(encoding="utf-8") == "someone else's page\n"

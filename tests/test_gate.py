@@ -241,3 +241,74 @@ def test_a_table_valued_probe_changes_entry_by_entry(tmp_path, capsys):
 def test_an_unknown_device_is_one_line_exit_2(tmp_path, capsys):
     assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0"), "--device", "tpu") == 2
     assert errors(capsys) == ["--device 'tpu': unknown device; expected one of cpu, cuda"]
+
+
+# --- a baseline that is not clean, a file against itself, names from a file ---------------------
+
+
+PRE_FIX = {("3", "cpu"): [rf.failure("test_mutable_outside_inference", "RuntimeError: Inplace update to inference tensor",
+                                     REPRODUCER)]}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_failed_cell_against_itself_is_no_regression_but_says_so(tmp_path, capsys, strict):
+    """The pre-fix class's cell against itself: promise 3 fails in both. Not a regression (exit 0,
+    with or without --strict), but never silent: each promise failing in both is named, the
+    last line counts them, and comparing a file with itself is a warning of its own."""
+    path = rf.write(tmp_path, "prefix.json", rf.completed("2.13.0", failed=PRE_FIX))
+    assert gate(tmp_path, path, path, *(["--strict"] if strict else [])) == 0
+    out = capsys.readouterr().out
+    assert ("STILL FAILING: promise 3 (Mutable wherever they were made) on cpu: failed (test_mutable_outside_inference: "
+            "RuntimeError: Inplace update to inference tensor) -> failed (test_mutable_outside_inference: RuntimeError: "
+            "Inplace update to inference tensor) (failed in the baseline too: not a regression)") in out
+    assert (f"WARNING: the baseline and the candidate are the same file ({path}): "
+            "a cell compared with itself shows no change, whatever the torch") in out
+    assert out.rstrip().splitlines()[-1] == (
+        f"PASS: all {JUDGED_ON_CPU - 1} promise checks that passed in the baseline pass in the candidate; "
+        "1 promise check(s) fail in the baseline and the candidate alike (1 warning(s) above)")
+
+
+def test_a_copy_of_the_same_result_is_a_warning_too(tmp_path, capsys):
+    result = rf.completed("2.13.0")
+    assert gate(tmp_path, result, result) == 0
+    assert ("WARNING: the baseline and the candidate are the same result (one file copied?): "
+            "a cell compared with itself shows no change, whatever the torch") in capsys.readouterr().out
+
+
+def test_a_promise_still_failing_does_not_hide_a_regression(tmp_path, capsys):
+    both = {**PRE_FIX, ("2", "cpu"): [rf.failure("test_zeroed", "not zero", None)]}
+    assert gate(tmp_path, rf.completed("2.13.0", failed=PRE_FIX), rf.completed("2.14.1", failed=both)) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION 1: promise 2 (Zeroed) on cpu: passed -> failed" in out
+    assert "STILL FAILING: promise 3 (Mutable wherever they were made) on cpu" in out
+
+
+def test_a_baseline_that_passed_nothing_is_exit_2_never_all_0_checks_hold(tmp_path, capsys):
+    every = {(p, "cpu"): [rf.failure("test_x", "broken", None)] for p in PROMISES
+             if p not in RECORDED_ONLY and applies(p, "cpu")}
+    assert gate(tmp_path, rf.completed("2.13.0", failed=every), rf.completed("2.14.1", failed=every), "--strict") == 2
+    lines = errors(capsys)
+    assert lines[0] == "nothing to compare (1 gap(s)), refusing to pass:"
+    assert lines[1].startswith("baseline torch-2.13.0 (") and lines[1].endswith(
+        "passed no judged promise on cpu: there is no pass for the candidate to keep")
+
+
+def test_a_cell_name_with_a_newline_stays_on_its_line(tmp_path, capsys):
+    forged = rf.completed("2.14.1", cell="torch-2.14.1\nPASS: all 12 promise checks")
+    assert gate(tmp_path, rf.completed("2.13.0"), forged) == 0
+    out = capsys.readouterr().out
+    assert "candidate: torch-2.14.1 PASS: all 12 promise checks (torch 2.14.1, completed) from " in out
+    assert [line for line in out.splitlines() if line.startswith("PASS")] == [out.rstrip().splitlines()[-1]]
+    missing = rf.completed("2.14.1", cell="torch-2.14.1\nforged", drop_promises=("8",))
+    assert gate(tmp_path, rf.completed("2.13.0"), missing) == 2
+    assert "candidate torch-2.14.1 forged (" in errors(capsys)[1]
+
+
+def test_a_made_up_promise_is_one_line_exit_2(tmp_path, capsys):
+    forged = rf.completed("2.14.1")
+    forged["promises"]["99"] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert gate(tmp_path, rf.completed("2.13.0"), path) == 2
+    assert errors(capsys) == [f"{path}: not a valid cell result at promises: '99' is not a promise of the contract "
+                              f"(1-{len(PROMISES)})"]

@@ -39,7 +39,9 @@ def cuda_missing(result: dict) -> dict:
 def results_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("results")
     rf.write(d, "torch-2.13.0.json", cuda_missing(rf.completed("2.13.0")))
-    rf.write(d, "torch-2.14.0.json", rf.completed("2.14.0"))
+    # torch changed on the CPU-only machine at 2.14.0 (a dtype more); 2.14.1 ran on a GPU machine
+    grown = dict(rf.BASE_OBSERVATIONS, **{"numpy.dtypes": {"value": ["bool", "float32", "int64", "uint16"]}})
+    rf.write(d, "torch-2.14.0.json", rf.completed("2.14.0", observations=grown))
     changed = dict(rf.BASE_OBSERVATIONS, **{"inference_tensor.is_inference": {"value": False}})
     rf.write(
         d,
@@ -147,7 +149,7 @@ def test_writes_the_three_files_and_no_temporaries(report_dir: Path):
 def test_compat_json_validates_against_its_schema_and_carries_every_cell(report_dir: Path):
     data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
     jsonschema.validate(data, results.schema("compat"))
-    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 3)
+    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 4)
     names = {c["cell"] for c in data["cells"]}
     assert names == {f"torch-{v}" for v in RELEASES}
     assert sorted(data["generated_from"]) == sorted(f"{n}.json" for n in names)
@@ -311,14 +313,19 @@ def test_html_links_each_failure_to_its_reproducer(report_dir: Path):
 def test_the_full_probe_table_highlights_changes_against_the_previous_release(report_dir: Path):
     page = parse((report_dir / "index.html").read_text(encoding="utf-8"))
     header, *rows = page.tables["observations-table"]
-    # Cells that never ran have no observations and no column here.
+    # Cells that never ran have no observations and no column here; each column names its machine.
     assert [t.strip() for _, _, t in header[1:]] == [
-        "2.12.1 torch-2.12.1", "2.13.0 torch-2.13.0", "2.14.0 torch-2.14.0", "2.14.1 torch-2.14.1"]
+        "2.12.1 torch-2.12.1 no accelerator", "2.13.0 torch-2.13.0 no accelerator",
+        "2.14.0 torch-2.14.0 no accelerator", "2.14.1 torch-2.14.1 CUDA (NVIDIA H200)"]
     by_probe = {row[0][2].strip(): row[1:] for row in rows}
-    changed = by_probe["inference_tensor.is_inference"]
-    assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, False, True]
-    assert changed[3][1]["title"] == "differs from 2.14.0"
-    assert changed[3][2].strip() == "changed: false"
+    changed = by_probe["numpy.dtypes"]
+    assert ["changed" in attrs.get("class", "") for _, attrs, _ in changed] == [False, False, True, False]
+    assert changed[2][1]["title"] == "differs from 2.13.0"
+    assert changed[2][2].strip() == 'changed: ["bool", "float32", "int64", "uint16"]'
+    # 2.14.1 differs from 2.14.0, but on another kind of machine: listed, never highlighted as a change
+    gpu_only = by_probe["inference_tensor.is_inference"]
+    assert [text.strip() for _, _, text in gpu_only] == ["true", "true", "true", "false"]
+    assert not any("changed" in attrs.get("class", "") for _, attrs, _ in gpu_only)
     # only probes that changed are rows here; the others are folded into their own table
     assert "numpy.bfloat16" not in by_probe
     unchanged = {row[0][2].strip(): [text.strip() for _, _, text in row[1:]]

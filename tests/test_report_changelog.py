@@ -93,6 +93,9 @@ def ref(release: str) -> dict[str, str]:
     return {"release": release, "cell": f"torch-{release}", "source": f"torch-{release}.json"}
 
 
+H200 = "CUDA (NVIDIA H200)"  # the machine of 2.11.0-2.14.0 in history(); 2.14.1 ran on one without a GPU
+
+
 # --- observed behaviour: what changed at each release ------------------------------------
 
 
@@ -104,7 +107,7 @@ def test_a_probe_that_changed_at_one_release_is_one_row_at_that_release(files):
     md = md_rows(files["COMPAT.md"], "| Release | Probe | Before | After |")
     assert ["2.12.1 (since 2.11.0)", "inference_tensor.is_inference", "true", "false"] in md
     changes = json.loads(files["compat.json"])["changes"]["observations"]
-    assert {"at": ref("2.12.1"), "since": ref("2.11.0"), "probe": "inference_tensor.is_inference",
+    assert {"at": ref("2.12.1"), "since": ref("2.11.0"), "machine": H200, "probe": "inference_tensor.is_inference",
             "before": "true", "after": "false"} in changes
     assert len(changes) == 2
 
@@ -121,7 +124,7 @@ def test_a_table_entry_that_appeared_is_its_own_row(files):
     md = md_rows(files["COMPAT.md"], "| Release | Probe | Before | After |")
     assert ["2.12.1 (since 2.11.0)", "dtypes.float8_e4m3fn", "*no entry*", "ok"] in md
     changes = json.loads(files["compat.json"])["changes"]["observations"]
-    assert {"at": ref("2.12.1"), "since": ref("2.11.0"), "probe": "dtypes.float8_e4m3fn",
+    assert {"at": ref("2.12.1"), "since": ref("2.11.0"), "machine": H200, "probe": "dtypes.float8_e4m3fn",
             "before": None, "after": "ok"} in changes
 
 

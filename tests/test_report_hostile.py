@@ -19,6 +19,7 @@ import pytest
 import result_factory as rf
 
 from cpugpu_conformance import results
+from cpugpu_conformance.promises import PROMISES
 
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
 ESC, BEL, CSI_RED, OSC_LINK = "\x1b", "\x07", "\x1b[31m", "\x1b]8;;http://x\x07"
@@ -72,6 +73,13 @@ def _nan(d: Path) -> None:
     (d / "nan.json").write_text(text.replace('"duration_s": 12.5', '"duration_s": NaN'), encoding="utf-8")
 
 
+def _made_up_promise(d: Path) -> None:
+    """Hand-edited: a promise 99 the contract does not make, claimed passed."""
+    forged = rf.completed("2.14.1", cell="forged")
+    forged["promises"]["99"] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
+    (d / "forged.json").write_text(json.dumps(forged), encoding="utf-8")
+
+
 def _sparse_huge(d: Path) -> None:
     with open(d / "huge.json", "wb") as fh:
         fh.truncate(200 * 1024 * 1024)  # sparse: 200 MB in size, nothing written
@@ -90,6 +98,7 @@ HOSTILE: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "schema v1": ("v1.json", _v1, "schema version 1"),
     "NaN": ("nan.json", _nan, "NaN"),
     "empty": ("empty.json", lambda d: (d / "empty.json").write_bytes(b""), "not JSON"),
+    "made-up promise": ("forged.json", _made_up_promise, f"is not a promise of the contract (1-{len(PROMISES)})"),
 }
 
 
@@ -125,6 +134,18 @@ def test_every_hostile_entry_at_once(results_dir: Path, tmp_path: Path):
     data = json.loads(outputs(out)["compat.json"])
     assert sorted(s["file"] for s in data["skipped_files"]) == sorted(name for name, _, _ in HOSTILE.values())
     assert [c["cell"] for c in data["cells"]] == ["torch-2.13.0", "torch-2.14.1"]
+
+
+def test_a_made_up_promise_adds_no_row_to_the_other_cells(results_dir: Path, tmp_path: Path):
+    _made_up_promise(results_dir)
+    out = tmp_path / "out"
+    proc = run_report(results_dir, out)
+    assert proc.returncode == 0, proc.stderr
+    files = outputs(out)
+    data = json.loads(files["compat.json"])
+    assert set(data["promises"]) == set(PROMISES)
+    assert [set(c["marks"]) for c in data["cells"]] == [set(PROMISES)]
+    assert "99." not in files["COMPAT.md"] and "Made up" not in files["COMPAT.md"] + files["index.html"]
 
 
 def test_only_json_files_directly_in_the_folder_are_read(results_dir: Path, tmp_path: Path):

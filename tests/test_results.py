@@ -256,6 +256,36 @@ def test_not_a_cell_result(tmp_path):
     assert "not a valid cell result at (top level)" in load_error(path)
 
 
+def made_up_promise(data):
+    """A hand-edited result claiming a promise 99 that the contract does not make, passed."""
+    data["promises"]["99"] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
+
+
+@pytest.mark.parametrize("number", ["99", "0", "01", " 1", "1\n", "3.0"])
+def test_a_promise_the_contract_does_not_make_is_refused_naming_it(tmp_path, number):
+    data = rf.completed("2.13.0")
+    data["promises"][number] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
+    path = tmp_path / "made-up.json"
+    path.write_text(json.dumps(data))
+    error = load_error(path)
+    assert error == (f"{path}: not a valid cell result at promises: {results.one_line(repr(number))} is not a promise "
+                     f"of the contract (1-{len(PROMISES)})")
+    assert "\n" not in error
+    with pytest.raises(ResultFileError):  # every reader goes through the model: none can take it
+        cell(made_up_promise)
+
+
+def test_a_requested_promise_the_contract_does_not_make_is_refused():
+    def ask_for_99(data):
+        data["requested"]["promises"] = ["3", "99"]
+    with pytest.raises(ResultFileError, match=r"at requested/promises: '99' is not a promise of the contract"):
+        cell(ask_for_99)
+
+
+def test_every_promise_of_the_contract_is_accepted():
+    assert set(cell().promise_numbers()) == set(PROMISES)
+
+
 def test_the_schema_ships_as_a_json_file_in_the_package():
     shipped = Path(results.__file__).parent / "schemas" / "cell-result.schema.json"
     assert json.loads(shipped.read_text()) == results.schema()
@@ -269,6 +299,10 @@ def test_the_schema_ships_as_a_json_file_in_the_package():
 def test_escape_sequences_and_controls_are_stripped():
     raw = "\x1b[31mred\x1b[0m \x1b]8;;http://evil\x07link\x1b]8;;\x07 \x1b]0;title\x1b\\ bell\x07 nul\x00 tab\tcr\r\nend"
     assert clean_text(raw) == "red link  bell nul tab\tcr\nend"
+
+
+def test_one_line_folds_newlines_tabs_and_escapes():
+    assert results.one_line("torch-2.13.0\nFAKE  passed\t\x1b[31mx") == "torch-2.13.0 FAKE  passed x"
 
 
 def test_long_text_is_cut_with_a_note():

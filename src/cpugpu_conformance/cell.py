@@ -1022,10 +1022,25 @@ def _row_without_result(name: str, path: Path, error: results.ResultFileError) -
     return Row(name, torch, device, "no_result" if missing else "unreadable", {}, None, False, str(error))
 
 
+def check_cell_name(name: str) -> str:
+    """``name`` if it is a plain cell name (the stem of a file directly in the results folder),
+    else ValueError saying why: a name with a slash, '..' or a control character would read
+    a file elsewhere, or break the table."""
+    if not name or name in (".", "..") or name.startswith(".") or any(c in name for c in "/\\"):
+        raise ValueError(f"cell name {results.one_line(repr(name), 200)}: not a plain cell name "
+                         "(a result file's name in the results folder, without .json)")
+    if results.one_line(name) != name:
+        raise ValueError(f"cell name {results.one_line(repr(name), 200)}: has control characters")
+    return name
+
+
 def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row]:
-    """One row per cell: the cells named (missing files show as such), or every result file."""
+    """One row per cell: the cells named (missing files show as such), or every result file.
+
+    A named cell must be a plain name (``check_cell_name``): ValueError otherwise.
+    """
     results_dir = Path(results_dir)
-    names = list(cells) if cells is not None else sorted(p.stem for p in results_dir.glob("*.json"))
+    names = [check_cell_name(n) for n in cells] if cells is not None else sorted(p.stem for p in results_dir.glob("*.json"))
     rows = [_row(name, results_dir / f"{name}.json") for name in names]
     return sorted(rows, key=lambda r: (_sort_key(r.torch), r.device, r.cell))
 
@@ -1037,17 +1052,23 @@ def _sort_key(torch: str) -> tuple[int, ...]:
         return (1 << 30,)
 
 
+def _duration(seconds: Any) -> str:
+    return f"{seconds:.1f} s" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "-"
+
+
 def format_summary(rows: list[Row]) -> str:
     """The table, one line per cell that is not clean saying why, and the count of clean cells."""
     header = ("cell", "torch", "device", "answer", *SUMMARY_COUNTS, "duration")
     body = []
     for r in rows:
         counts = [str(r.counts.get(k, 0)) if r.counts else "-" for k in SUMMARY_COUNTS]
-        body.append((r.cell, r.torch, r.device, r.mark, *counts, f"{r.duration_s:.1f} s" if r.duration_s is not None else "-"))
+        # Names and versions come from result files (and file names): one line each, or the table breaks.
+        names = [results.one_line(v, 200) for v in (r.cell, r.torch, r.device)]
+        body.append((*names, r.mark, *counts, _duration(r.duration_s)))
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) if i < 4 else str(v).rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
              for line in [header, *body]]
-    lines += [f"{r.cell}: {r.why}" for r in rows if not r.clean and r.why]
+    lines += [f"{results.one_line(r.cell, 200)}: {results.one_line(r.why)}" for r in rows if not r.clean and r.why]
     bad = sum(not r.clean for r in rows)
     lines.append(f"{len(rows)} cells, {len(rows) - bad} clean, {bad} not (counts are promise x device outcomes)")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
 from cpugpu_conformance.cli_cell import run_matrix_cell
 from cpugpu_conformance.cli_common import (
+    PathArgument,
     UsageError,
     add_matrix_option,
     add_results_option,
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("good", metavar="GOOD", help="a release that answers as expected (2.3.1)")
     parser.add_argument("bad", metavar="BAD", help="a later release that answers differently (2.6.0)")
     parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
-    parser.add_argument("--envdir", type=Path, metavar="DIR",
+    parser.add_argument("--envdir", action=PathArgument, metavar="DIR",
                         help="folder of the releases' environments (default: .nox in the checkout)")
     add_matrix_option(parser)
     add_results_option(parser)

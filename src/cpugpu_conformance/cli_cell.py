@@ -20,6 +20,7 @@ from cpugpu_conformance import cell as cells
 from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
 from cpugpu_conformance.cli_common import (
+    PathArgument,
     UsageError,
     add_matrix_option,
     add_results_option,
@@ -40,7 +41,7 @@ HELP = "install one matrix cell's torch in its own environment and run the suite
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("torch", metavar="RELEASE", help="a torch release listed in the matrix (2.15.0, latest)")
     parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
-    parser.add_argument("--env", type=Path, metavar="DIR",
+    parser.add_argument("--env", action=PathArgument, metavar="DIR",
                         help="the cell's environment, made when missing (default: .nox/<cell> in the checkout)")
     add_matrix_option(parser)
     add_results_option(parser)

@@ -15,6 +15,7 @@ import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from cpugpu_conformance import matrix as matrices
 
@@ -43,13 +44,26 @@ def default_results() -> Path:
     return Path(os.environ.get("CONFORMANCE_RESULTS") or "results")
 
 
+class PathArgument(argparse.Action):
+    """A path option or argument (``action=PathArgument``) that refuses the empty string: ``Path("")``
+    is the current folder, so ``--out ""`` would write (and overwrite) there. One line, exit 2."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values == "":
+            name = option_string or self.metavar or self.dest
+            parser.exit(EXIT_USAGE, f"{parser.prog}: error: {name} '': an empty path (it would stand for the "
+                                    "current folder)\n")
+        setattr(namespace, self.dest, None if values is None else Path(values))
+
+
 def add_matrix_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--matrix", action=PathArgument, default=None, metavar="FILE",
                         help="the matrix (default: $CONFORMANCE_MATRIX, else matrix.yaml)")
 
 
 def add_results_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--results", action=PathArgument, default=None, metavar="DIR",
                         help="where result files and logs go (default: $CONFORMANCE_RESULTS, else results)")
 
 
@@ -63,6 +77,7 @@ def results_folder(path: Path | None) -> Path:
     if culprit is not None:
         raise UsageError(f"{folder}: cannot hold result files: {culprit} is not a folder (--results)")
     return folder
+
 
 
 def load_matrix(path: Path | None) -> matrices.Matrix:

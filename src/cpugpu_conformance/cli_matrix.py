@@ -27,6 +27,7 @@ from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import parallel, results
 from cpugpu_conformance.cli_common import (
     EXIT_USAGE,
+    PathArgument,
     UsageError,
     add_matrix_option,
     add_results_option,
@@ -50,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these cells (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu); default: all")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="cells at a time (default: the number of CPUs, %(default)s here)")
-    parser.add_argument("--envdir", type=Path, metavar="DIR",
+    parser.add_argument("--envdir", action=PathArgument, metavar="DIR",
                         help="folder of the cells' environments, one per cell (default: .nox in the checkout)")
     parser.add_argument("--stream", action="store_true", help="print every line of every cell, prefixed by its name")
     add_matrix_option(parser)

@@ -2,23 +2,23 @@
 
 One row per cell (the cells named, a missing result file included, else every result file
 in RESULTS_DIR), one line per cell that is not clean saying why. Exit 0 only when every
-cell is clean, 1 otherwise, 2 when there is nothing to summarize.
+cell is clean, 1 otherwise, 2 when there is nothing to summarize or for bad input (an
+empty RESULTS_DIR, a --cells name that is not a plain name: ../x would read elsewhere).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from cpugpu_conformance import cell as cells
-from cpugpu_conformance.cli_common import default_results, error
+from cpugpu_conformance.cli_common import PathArgument, default_results, error
 
 PROG = "summary"
 HELP = "table of the cells' answers; exit 1 unless every cell is clean"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", nargs="?", type=Path, default=None, metavar="RESULTS_DIR",
+    parser.add_argument("results_dir", nargs="?", action=PathArgument, default=None, metavar="RESULTS_DIR",
                         help="folder of result files (default: $CONFORMANCE_RESULTS, else results)")
     parser.add_argument("--cells", help="comma-separated cell names (default: every RESULTS_DIR/*.json)")
 
@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     folder = args.results_dir or default_results()
     names = [n for n in args.cells.split(",") if n] if args.cells else None
-    rows = cells.summarize(folder, names)
+    try:
+        rows = cells.summarize(folder, names)
+    except ValueError as exc:  # a --cells name that is not a plain name: it would read outside the folder
+        return error(PROG, f"--cells: {exc}")
     if not rows:
         return error(PROG, f"{folder}: no result files")
     print(cells.format_summary(rows))

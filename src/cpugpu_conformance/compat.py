@@ -1,5 +1,6 @@
 """Cell results -> the compatibility matrix: columns, marks, answers, observed behaviour,
-and what changed at each release (verdicts and observations, release against release).
+and what changed at each release (verdicts and observations, release against release;
+observations only between cells that ran on the same kind of machine).
 
 Every cell is read through ``results.CellResult``: a mark is the cell's
 ``outcome(promise, device)`` and a column header carries the cell's ``answer()``, so the
@@ -382,7 +383,8 @@ def verdict_changes(cells: list[Cell]) -> list[VerdictChange]:
 
 @dataclass(frozen=True)
 class ObservationChange:
-    """One probe, or one entry of a table-valued probe, that changed at a step.
+    """One probe, or one entry of a table-valued probe, that changed at a step, on one kind
+    of machine (results.machine_kind): each kind has its own history.
 
     None: the probe was not run, or (for an entry) the table had no such entry.
     """
@@ -393,6 +395,7 @@ class ObservationChange:
     after: str | None
     doc: str | None
     entry: bool = False  # 'probe' names an entry of a table ('dtypes.bfloat16')
+    machine: str = ""
 
 
 def observed_cells(cells: Iterable[Cell]) -> list[Cell]:
@@ -400,17 +403,31 @@ def observed_cells(cells: Iterable[Cell]) -> list[Cell]:
     return [c for c in sorted(cells, key=lambda c: c.sort_key) if c.result.observations]
 
 
+def machines(cells: Iterable[Cell]) -> list[str]:
+    """The kinds of machine the cells with observations ran on, in order of first appearance."""
+    return list(dict.fromkeys(c.result.machine for c in observed_cells(cells)))
+
+
+def observed_on(cells: Iterable[Cell], machine: str) -> list[Cell]:
+    """The cells with observations that ran on ``machine``, in version order: one history."""
+    return [c for c in observed_cells(cells) if c.result.machine == machine]
+
+
 def observation_changes_by_release(cells: list[Cell]) -> list[ObservationChange]:
-    """Every change of observed behaviour between consecutive cells that observed anything."""
+    """Every change of observed behaviour between consecutive cells that observed anything on
+    the same kind of machine: a GPU machine is never read against a CPU-only one (the
+    accelerator probes differ with the machine, not the torch). Kind by kind, in order."""
     ambiguous = ambiguous_releases(cells)
-    observed = observed_cells(cells)
+    docs = probe_docs(observed_cells(cells))
     changes: list[ObservationChange] = []
-    docs = probe_docs(observed)
-    for before, after in zip(observed, observed[1:]):
-        step = _step(after, before, ambiguous)
-        for path, old, new in observation_changes(before.result.observations, after.result.observations):
-            probe = _probe_of(path, docs)
-            changes.append(ObservationChange(step, path, old, new, docs.get(probe), entry=path != probe))
+    for machine in machines(cells):
+        observed = observed_on(cells, machine)
+        for before, after in zip(observed, observed[1:]):
+            step = _step(after, before, ambiguous)
+            for path, old, new in observation_changes(before.result.observations, after.result.observations):
+                probe = _probe_of(path, docs)
+                changes.append(ObservationChange(step, path, old, new, docs.get(probe), entry=path != probe,
+                                                 machine=machine))
     return changes
 
 
@@ -438,8 +455,9 @@ def probe_docs(cells: Iterable[Cell]) -> dict[str, str | None]:
 @dataclass(frozen=True)
 class ObservedValue:
     text: str | None  # None: this cell did not run the probe
-    changed: bool  # differs from the previous column that has observations
+    changed: bool  # differs from the previous column that has observations on the same kind of machine
     previous_release: str | None
+    key: str | None = None  # the outcome compared (observation_key), None: not probed
 
 
 @dataclass(frozen=True)
@@ -450,27 +468,31 @@ class ProbeRow:
 
     @property
     def ever_changed(self) -> bool:
-        """Differs somewhere, or some cell with observations did not run it."""
-        return any(v.changed or v.text is None for v in self.values)
+        """Differs somewhere (on one kind of machine or between kinds), or some cell with
+        observations did not run it: anything but the same outcome in every column."""
+        return any(v.changed or v.text is None for v in self.values) or len({v.key for v in self.values}) > 1
 
 
 def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[ProbeRow]]:
-    """Cells with observations (in version order) and one row per probe across them."""
+    """Cells with observations (in version order) and one row per probe across them; a value
+    is 'changed' against the previous column of the same kind of machine only."""
     observed = observed_cells(cells)
     docs = probe_docs(observed)
     rows = []
     for probe in sorted(docs):
         values: list[ObservedValue] = []
-        before: str | None = None
-        for i, cell in enumerate(observed):
+        last: dict[str, tuple[str | None, str]] = {}  # machine -> (key, release) of its previous column
+        for cell in observed:
             obs = cell.result.observations
             here = observation_key(obs[probe]) if probe in obs else None
+            previous = last.get(cell.result.machine)
             values.append(ObservedValue(
                 text=observation_text(obs[probe]) if probe in obs else None,
-                changed=i > 0 and here != before,
-                previous_release=observed[i - 1].release if i > 0 else None,
+                changed=previous is not None and here != previous[0],
+                previous_release=previous[1] if previous is not None else None,
+                key=here,
             ))
-            before = here
+            last[cell.result.machine] = (here, cell.release)
         rows.append(ProbeRow(probe, docs[probe], values))
     return observed, rows
 

@@ -8,23 +8,30 @@ The gate compares verdicts and nothing else (``results.diff``). Exit codes:
   1  a promise regressed (passed in the baseline, failed in the candidate), or, with
      --strict, the observed torch behaviour changed;
   2  nothing to compare: a result file is missing or unreadable, a cell did not complete
-     (crashed, timed out, interrupted, not installed, wrong torch, error), or either cell
+     (crashed, timed out, interrupted, not installed, wrong torch, error), either cell
      has no verdict (skipped, missing, never ran) for a promise on a device the gate is
-     asked about. Each such gap is named on its own line. Never a pass.
+     asked about, or the baseline passed no judged promise at all (nothing could
+     regress). Each such gap is named on its own line. Never a pass.
 
 The devices compared are those given with --device, else every device the baseline
 was asked to test. Promise 11 is recorded, never judged: a change in what it recorded
-is a warning only.
+is a warning only. A promise that fails in the baseline and the candidate alike is no
+regression, with or without --strict, but each is named (STILL FAILING) and counted in
+the last line; a baseline and candidate that are one file (or equal results) get a
+warning. Observed torch behaviour is compared only between cells that ran on the same
+kind of machine (no accelerator, or which GPU: the result's environment says): across
+kinds the gate says so in one warning and counts no change, with or without --strict.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from .promises import DEVICES
-from .results import CellResult, Comparison, ResultFileError, diff
+from .results import CellResult, Comparison, ResultFileError, diff, one_line
 
 HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
 
@@ -34,7 +41,22 @@ def _indent(text: str, prefix: str) -> str:
 
 
 def _describe(cell: CellResult) -> str:
-    return f"{cell.name} (torch {cell.release}, {cell.status}) from {cell.source}"
+    return f"{one_line(cell.name)} (torch {one_line(cell.release)}, {cell.status}) from {one_line(cell.source)}"
+
+
+def same_result(baseline: CellResult, candidate: CellResult) -> str | None:
+    """A warning when the two sides are one file, or copies of one result: such a pair shows
+    no change whatever the torch, so a pass says nothing about an upgrade."""
+    try:
+        if os.path.samefile(baseline.source, candidate.source):
+            return (f"the baseline and the candidate are the same file ({one_line(baseline.source)}): "
+                    "a cell compared with itself shows no change, whatever the torch")
+    except OSError:
+        pass
+    if baseline == candidate:
+        return ("the baseline and the candidate are the same result (one file copied?): "
+                "a cell compared with itself shows no change, whatever the torch")
+    return None
 
 
 def exit_code(cmp: Comparison, strict: bool) -> int:
@@ -52,12 +74,13 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     for i, reg in enumerate(cmp.regressions, 1):
         out += ["", f"REGRESSION {i}: {reg.line()}"]
         for failure in reg.after.failures:
-            out.append(f"  failed: {failure.get('test')}")
+            out.append(f"  failed: {one_line(failure.get('test'))}")
             out.append(_indent(str(failure.get("message") or ""), "    "))
             reproducer = failure.get("reproducer")
             out += ["  reproducer:", _indent(str(reproducer), "    ")] if reproducer else ["  (no reproducer recorded)"]
 
     notes = [f"fixed: {c.line()}" for c in cmp.fixed]
+    notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)" for c in cmp.still_failing]
     notes += [f"WARNING: {w}" for w in cmp.warnings]
     notes += [f"WARNING: promise {c.promise} ({c.title}) on {c.device} recorded something else: "
               f"{c.before.describe()} -> {c.after.describe()} (recorded, not judged)" for c in cmp.recorded_changes]
@@ -65,6 +88,8 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     for probe, before, after in cmp.observation_changes:
         notes.append(f"{kind}: observed torch behaviour {probe}: "
                      f"{before if before is not None else '(not probed)'} -> {after if after is not None else '(not probed)'}")
+    if cmp.observations_not_compared:
+        notes.append(f"WARNING: {cmp.observations_not_compared}")
     if notes:
         out += ["", *notes]
 
@@ -74,9 +99,12 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     elif exit_code(cmp, strict):
         out.append(f"FAIL (--strict): {len(cmp.observation_changes)} change(s) in observed torch behaviour")
     else:
-        warned = len(cmp.warnings) + len(cmp.recorded_changes) + len(cmp.observation_changes)
+        warned = (len(cmp.warnings) + len(cmp.recorded_changes) + len(cmp.observation_changes)
+                  + bool(cmp.observations_not_compared))
+        still = (f"; {len(cmp.still_failing)} promise check(s) fail in the baseline and the candidate alike"
+                 if cmp.still_failing else "")
         out.append(f"PASS: all {cmp.checked} promise checks that passed in the baseline pass in the candidate"
-                   + (f" ({warned} warning(s) above)" if warned else ""))
+                   + still + (f" ({warned} warning(s) above)" if warned else ""))
     return "\n".join(out)
 
 
@@ -112,5 +140,8 @@ def run(args: argparse.Namespace) -> int:
         for line in cmp.unusable:
             _error(line)
         return 2
+    same = same_result(baseline, candidate)
+    if same:
+        cmp.warnings.insert(0, same)
     print(format_comparison(baseline, candidate, cmp, args.strict))
     return exit_code(cmp, args.strict)

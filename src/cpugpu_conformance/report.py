@@ -36,23 +36,16 @@ import markupsafe
 
 from . import compat
 from .compat import ANSWERS, MARKS, Cell, Column, ObservationChange, Step, VerdictChange
-from .results import SHORT_LIMIT, CellResult, Outcome, ResultFileError, clean_text, json_of, read_regular_file, schema
+from .results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
-COMPAT_SCHEMA_VERSION = 3
+COMPAT_SCHEMA_VERSION = 4
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
 PROG = "cpugpu-conformance report"
 
 
 class ReportError(Exception):
     """The report cannot be made at all (no results, unwritable output): exit 2."""
-
-
-def one_line(text: Any, limit: int = SHORT_LIMIT) -> str:
-    """Text from outside (a file name, an error) as one printable line: no escape or control
-    sequences, no newlines, and no lone surrogates (a non-UTF-8 file name) to break encoding."""
-    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return " ".join(clean_text(text, limit).split("\n")).replace("\t", " ")
 
 
 @dataclass
@@ -146,8 +139,8 @@ def _changes_json(verdicts: list[VerdictChange], observations: list[ObservationC
         "verdicts": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "device": c.device,
                       "promises": list(c.promises), "before": _mark_json(c.before), "after": _mark_json(c.after)}
                      for c in verdicts],
-        "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "probe": c.probe,
-                          "before": c.before, "after": c.after} for c in observations],
+        "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "machine": c.machine,
+                          "probe": c.probe, "before": c.before, "after": c.after} for c in observations],
     }
 
 
@@ -261,6 +254,13 @@ def _shown(out: Outcome | None) -> dict[str, Any] | None:
     return None if out is None else {"kind": out.kind, "style": MARKS[out.kind], "note": out.note}
 
 
+def _observation_histories(got: Collected) -> list[dict[str, Any]]:
+    """One changelog of observed behaviour per kind of machine, each with the cells it reads."""
+    return [{"machine": machine, "cells": compat.observed_on(got.cells, machine),
+             "log": _by_step([(c.step, c) for c in got.observation_changes if c.machine == machine])}
+            for machine in compat.machines(got.cells)]
+
+
 def build_view(got: Collected) -> dict[str, Any]:
     cells = got.cells
     cols = compat.columns(cells)
@@ -279,7 +279,7 @@ def build_view(got: Collected) -> dict[str, Any]:
         "incomplete": [c for c in cells if not c.completed],
         "observed_cells": observed_cells,
         "unobserved_cells": [c for c in cells if not c.result.observations],
-        "observation_log": _by_step([(c.step, c) for c in got.observation_changes]),
+        "observation_histories": _observation_histories(got),
         "changed_probes": [row for row in probe_rows if row.ever_changed],
         "unchanged_probes": [row for row in probe_rows if not row.ever_changed],
         "env_keys": sorted({k for c in cells for k in c.result.environment}),
@@ -509,8 +509,16 @@ HELP = "merge cell result files into compat.json, COMPAT.md and index.html"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", type=Path, help="folder holding one <cell>.json per cell")
-    parser.add_argument("--out", type=Path, default=Path("compat"), help="output folder (default: compat)")
+    # Strings, made paths in run(): Path("") is the current folder, and an empty --out must be refused, not obeyed.
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="folder holding one <cell>.json per cell")
+    parser.add_argument("--out", default="compat", help="output folder (default: compat)")
+
+
+def _folder(name: str, value: str | os.PathLike[str]) -> Path:
+    """A folder argument as a path; an empty one is bad input (it would mean the current folder)."""
+    if str(value) == "":
+        raise ReportError(f"{name} '': an empty path (it would stand for the current folder)")
+    return Path(value)
 
 
 def warnings(got: Collected) -> list[str]:
@@ -524,7 +532,7 @@ def warnings(got: Collected) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        got = make_report(args.results_dir, args.out)
+        got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
     except ReportError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

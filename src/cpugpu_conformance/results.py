@@ -90,6 +90,14 @@ def clean_text(text: str, limit: int | None = None, keep: str = "head") -> str:
     return text[:limit] + f"\n[... {cut:,} characters cut ...]"
 
 
+def one_line(text: Any, limit: int = SHORT_LIMIT) -> str:
+    """Text from outside (a cell name, a file name, an error) as one printable line: no escape or
+    control sequences, no newlines or tabs, and no lone surrogates (a non-UTF-8 file name) to
+    break encoding. For tables and one-line messages; clean_text keeps newlines for blocks."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return " ".join(clean_text(text, limit).split("\n")).replace("\t", " ")
+
+
 # Per key, how much of a string value to keep; other strings get SHORT_LIMIT.
 _LIMITS = {"detail": (DETAIL_LIMIT, "tail"), "message": (TEXT_LIMIT, "head"), "reproducer": (TEXT_LIMIT, "head")}
 
@@ -153,14 +161,32 @@ def _check_schema(data: Any, source: str, name: str = "cell-result") -> None:
 
 
 def validate(data: Any, source: str = "<result>") -> dict[str, Any]:
-    """Check ``data`` against the cell-result schema; return it, or raise ResultFileError."""
+    """Check ``data`` against the cell-result schema and the contract; return it, or raise ResultFileError."""
     if isinstance(data, dict) and data.get("schema") == SCHEMA_ID and data.get("schema_version") != SCHEMA_VERSION:
         raise ResultFileError(
             f"{source}: cell result schema version {data.get('schema_version')!r}, this tool reads version "
             f"{SCHEMA_VERSION}: run the cell again"
         )
     _check_schema(data, source)
+    _check_promise_numbers(data, source)
     return data
+
+
+def _check_promise_numbers(data: Any, source: str) -> None:
+    """A result speaks only of the contract's promises (promises.PROMISES): a made-up one would
+    read as a clean row in the report and the summary, and add a row to every other cell."""
+    if not isinstance(data, dict):
+        return
+    verdicts = data.get("promises")
+    asked = (data.get("requested") or {}).get("promises") if isinstance(data.get("requested"), dict) else None
+    places = [("promises", list(verdicts) if isinstance(verdicts, dict) else []),
+              ("requested/promises", list(asked) if isinstance(asked, list) else [])]
+    for where, numbers in places:
+        for number in numbers:
+            if number not in PROMISES:
+                shown = one_line(repr(number), 80)
+                raise ResultFileError(f"{source}: not a valid cell result at {where}: {shown} is not a promise "
+                                      f"of the contract (1-{len(PROMISES)})")
 
 
 # ---------------------------------------------------------------------------- outcomes
@@ -310,6 +336,12 @@ class CellResult(Mapping[str, Any]):
     def environment(self) -> dict[str, Any]:
         env = self._data.get("environment")
         return env if isinstance(env, dict) else {}
+
+    @property
+    def machine(self) -> str:
+        """The kind of machine the cell ran on (see machine_kind): observations of torch are
+        compared only between cells of the same kind."""
+        return machine_kind(self.environment)
 
     @property
     def observations(self) -> dict[str, Any]:
@@ -475,6 +507,27 @@ def observation_text(obs: Any) -> str:
     return json.dumps(outcome, sort_keys=True, default=str)
 
 
+NO_ACCELERATOR = "no accelerator"
+UNKNOWN_MACHINE = "an unknown machine"
+
+
+def machine_kind(environment: Mapping[str, Any]) -> str:
+    """What kind of machine a result's environment describes: with no accelerator, with which
+    one, or unknown (the result does not say).
+
+    A machine is not a torch release: the accelerator, pin_memory and CUDA probes answer
+    differently with a GPU, whatever the torch, so observations are compared only between
+    cells of the same kind. The torch's own CUDA build (torch_cuda) is part of the release.
+    """
+    present = environment.get("cuda_available")
+    if present is False:
+        return NO_ACCELERATOR
+    if present is True:
+        name = environment.get("gpu_name")
+        return f"CUDA ({one_line(name, 200)})" if isinstance(name, str) and name.strip() else "CUDA (GPU not named)"
+    return UNKNOWN_MACHINE
+
+
 def observation_key(obs: Any) -> str:
     """Canonical form for comparing one probe between two cells."""
     return json.dumps(_outcome_of_observation(obs), sort_keys=True, default=str)
@@ -555,9 +608,12 @@ class Comparison:
     unusable: list[str] = field(default_factory=list)
     regressions: list[Change] = field(default_factory=list)
     fixed: list[Change] = field(default_factory=list)
+    still_failing: list[Change] = field(default_factory=list)  # failed in both: no regression, but no pass
     verdict_changes: list[Change] = field(default_factory=list)  # every pair whose outcome differs
     recorded_changes: list[Change] = field(default_factory=list)
     observation_changes: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    # Why observations were not compared (the cells ran on different kinds of machine); None: they were.
+    observations_not_compared: str | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -579,14 +635,17 @@ def _answer_of(promise: str, outcome: Outcome) -> tuple[str, str | None]:
 
 
 def _label(side: str, cell: CellResult) -> str:
-    return f"{side} {cell.name} ({cell.source})"
+    return f"{side} {one_line(cell.name)} ({one_line(cell.source)})"
 
 
 def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | None = None) -> Comparison:
     """Compare two cells on ``devices`` (default: every device the baseline was asked to test).
 
     Only verdicts are compared. Where either side has no verdict for a promise and device
-    it is asked about, the comparison is ``unusable`` and names each such pair.
+    it is asked about, the comparison is ``unusable`` and names each such pair. Observed
+    torch behaviour is compared only when both cells ran on the same kind of machine
+    (``machine_kind``); otherwise ``observations_not_compared`` says why, and no probe counts
+    as changed.
     """
     cmp = Comparison()
     for side, cell in (("baseline", baseline), ("candidate", candidate)):
@@ -629,7 +688,18 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
                     cmp.regressions.append(change)
             elif before.kind == "failed" and after.kind == "passed":
                 cmp.fixed.append(change)
-    cmp.observation_changes = observation_changes(baseline.observations, candidate.observations)
+            elif before.kind == "failed":
+                cmp.still_failing.append(change)
+    if not cmp.unusable and not cmp.checked:
+        # Nothing passed in the baseline, so nothing could regress: "all 0 checks hold" proves nothing.
+        cmp.unusable.append(f"{_label('baseline', baseline)} passed no judged promise on {', '.join(cmp.devices)}: "
+                            "there is no pass for the candidate to keep")
+    if baseline.machine == candidate.machine:
+        cmp.observation_changes = observation_changes(baseline.observations, candidate.observations)
+    elif baseline.observations or candidate.observations:
+        cmp.observations_not_compared = (
+            f"observed torch behaviour not compared: the cells ran on different kinds of machine "
+            f"(baseline: {baseline.machine}; candidate: {candidate.machine}), and a machine is not a torch release")
     return cmp
 
 

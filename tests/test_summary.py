@@ -1,0 +1,75 @@
+"""summary: what a hostile or careless results folder, or --cells, must not do to the table.
+
+A result may only speak of the contract's promises; a name from a file stays on its line;
+--cells names files in the results folder and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import result_factory as rf
+
+from cpugpu_conformance import cell
+from cpugpu_conformance.__main__ import main
+from cpugpu_conformance.promises import PROMISES
+
+
+def one_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cpugpu-conformance summary: error: "), lines
+    return lines[0].removeprefix("cpugpu-conformance summary: error: ")
+
+
+def test_a_made_up_promise_that_passed_is_never_clean(tmp_path: Path, capsys) -> None:
+    forged = rf.completed("2.13.0", cell="torch-2.13.0-cpu")
+    forged["promises"]["99"] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
+    path = tmp_path / "torch-2.13.0-cpu.json"
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"torch-2.13.0-cpu: {path}: not a valid cell result at promises: '99' is not a promise of the contract " \
+           f"(1-{len(PROMISES)})" in out.splitlines()
+    [row] = cell.summarize(tmp_path)
+    assert (row.answer, row.clean) == ("unreadable", False)
+
+
+def test_a_cell_name_with_a_newline_stays_on_its_row(tmp_path: Path, capsys) -> None:
+    rf.write(tmp_path, "a.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu\ntorch-9.9.9-cpu  9.9.9  cpu  passed"))
+    rf.write(tmp_path, "b.json", rf.incomplete("2.14.1", "crashed", "boom", cell="torch-2.14.1-cpu\nforged"))
+    assert main(["summary", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 2 + 1 + 1, lines  # header, two rows, one reason, the count
+    assert lines[1].split()[:4] == ["torch-2.13.0-cpu", "torch-9.9.9-cpu", "9.9.9", "cpu"]
+    assert lines[2].split()[:3] == ["torch-2.14.1-cpu", "forged", "2.14.1"]
+    assert lines[3] == "torch-2.14.1-cpu forged: crashed: boom"
+
+
+@pytest.mark.parametrize("name", ["../good", "/etc/passwd", "sub/torch-2.13.0-cpu", "..", ".", ".hidden",
+                                  "torch-2.13.0-cpu\nx", "a\\b"])
+def test_a_cell_name_that_is_not_a_plain_name_is_one_line_exit_2(tmp_path: Path, capsys, name: str) -> None:
+    results_dir = tmp_path / "results"
+    results_dir.mkdir()
+    rf.write(results_dir, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    rf.write(tmp_path, "good.json", rf.completed("2.13.0", cell="good"))  # ../good: outside the folder
+    assert main(["summary", str(results_dir), "--cells", f"torch-2.13.0-cpu,{name}"]) == 2
+    error = one_error(capsys)
+    assert error.startswith("--cells: cell name ")
+    assert error.endswith(("not a plain cell name (a result file's name in the results folder, without .json)",
+                           "has control characters"))
+
+
+def test_summarize_itself_refuses_a_name_outside_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a plain cell name"):
+        cell.summarize(tmp_path, ["../good"])
+
+
+def test_an_empty_results_dir_argument_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    assert main(["summary", ""]) == 2
+    assert one_error(capsys) == "RESULTS_DIR '': an empty path (it would stand for the current folder)"
