@@ -30,8 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
 from cpugpu_conformance.index import ReleaseListingError as BisectError  # the listing's errors are bisect's too
-from cpugpu_conformance.index import available_releases, parse_project_page  # noqa: F401  (re-exported)
-from cpugpu_conformance.index import releases_in_folders
+from cpugpu_conformance.index import available_releases, parse_project_page, releases_in_folders  # noqa: F401  (re-exported)
 
 # --------------------------------------------------------------------------- releases
 
