@@ -163,3 +163,10 @@ def test_an_unreachable_index_is_an_error_even_with_a_folder(tmp_path: Path) -> 
     folder = wheel_folder(tmp_path / "w", ["2.14.1"])
     with pytest.raises(index.ReleaseListingError, match=r"https://idx.example/torch/ is unreachable"):
         index.newest_final_release("https://idx.example", [folder], fetch=down)
+
+
+def test_releases_in_folders_are_the_union_of_their_final_releases_in_version_order(tmp_path: Path) -> None:
+    first = wheel_folder(tmp_path / "a", ["2.10.0", "2.9.1"])
+    second = wheel_folder(tmp_path / "b", ["2.10.0", "2.16.0rc1", "2.11.0"])
+    assert index.releases_in_folders([first, second]) == ["2.9.1", "2.10.0", "2.11.0"]
+    assert index.releases_in_folders([]) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -233,3 +234,139 @@ def test_canonical_versions_and_finite_limits_load(tmp_path: Path) -> None:
     m = load(write(tmp_path, BASE + 'torch: [{version: "2.13.0", time_limit_s: 0.5}, {version: "2.14.1"}, {version: "10.0.0"}]\n'))
     assert [r.version for r in m.releases] == ["2.13.0", "2.14.1", "10.0.0"]
     assert m.cells[0].time_limit_s == 0.5
+
+
+# --------------------------------------------------------------------------- hostile files
+
+
+def matrix_command(*args: str, env: dict[str, str] | None = None, limit_memory: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m cpugpu_conformance.matrix`, killed after a minute (a hang fails the test, not the run);
+    with limit_memory, under a 1 GiB address space, so a file that expands in memory fails fast."""
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+    return subprocess.run([sys.executable, "-m", "cpugpu_conformance.matrix", *args], check=False, capture_output=True,
+                          text=True, timeout=60, env=env, preexec_fn=cap if limit_memory else None)
+
+
+@pytest.mark.parametrize(("make", "why"), [
+    pytest.param(lambda d: os.mkfifo(d / "m.yaml") or d / "m.yaml", "not a regular file (a FIFO)", id="fifo"),
+    pytest.param(lambda d: Path("/dev/zero"), "not a regular file (a character device)", id="dev-zero"),
+    pytest.param(lambda d: d, "not a regular file (a directory)", id="directory"),
+])
+def test_a_matrix_that_is_not_a_regular_file_is_one_line_at_once(tmp_path: Path, make, why: str) -> None:
+    """A FIFO blocked every command (open waits for a writer); /dev/zero read until MemoryError."""
+    path = make(tmp_path)
+    proc = matrix_command(str(path), limit_memory=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"{path}: {why}\n")
+
+
+def test_a_fifo_matrix_stops_nox_list_in_one_line(tmp_path: Path) -> None:
+    """noxfile.py loads the matrix when nox imports it: `nox -l` hung on a FIFO."""
+    pytest.importorskip("nox")
+    fifo = tmp_path / "m.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"], check=False,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "CONFORMANCE_MATRIX": str(fifo)})
+    assert proc.returncode == 2
+    assert proc.stderr == f"{fifo}: not a regular file (a FIFO)\n"
+
+
+def test_a_matrix_over_a_mebibyte_is_refused_unread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(BASE + TWO + "#" * matrix.MAX_MATRIX_BYTES + "\n")
+    assert main([str(path)]) == 2
+    size = path.stat().st_size
+    assert capsys.readouterr().err == f"{path}: {size:,} bytes, over the 1,048,576-byte limit for a file\n"
+
+
+def alias_bomb(levels: int, width: int) -> str:
+    """extra_packages: *a<levels>, where each level lists the one below `width` times: width**levels strings."""
+    lines = ['a0: &a0 ["x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return BASE + "\n".join(lines) + f'\ntorch: [{{version: "2.13.0", extra_packages: *a{levels}}}, {{version: "2.14.1"}}]\n'
+
+
+def test_yaml_aliases_are_refused_where_they_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert refusal(tmp_path, alias_bomb(2, 2), capsys) == [
+        ":4:5: not valid YAML: &a0: anchors and aliases are not accepted in a matrix (write the value out)"]
+
+
+def test_an_alias_without_its_anchor_is_refused_as_an_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE + 'torch: [{version: "2.13.0", extra_packages: *pkgs}, {version: "2.14.1"}]\n'
+    assert refusal(tmp_path, text, capsys) == [
+        ":4:45: not valid YAML: *pkgs: anchors and aliases are not accepted in a matrix (write the value out)"]
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    """9 levels of 9 aliases (387 million strings) took 5.8 GB; under a 1 GiB cap it must still be one line."""
+    path = write(tmp_path, alias_bomb(9, 9))
+    proc = matrix_command(str(path), limit_memory=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"{path}:4:5: not valid YAML: &a0: anchors and aliases are not accepted in a matrix "
+                                        "(write the value out)"]
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE + TWO + "devices: " + "[" * 100_000 + "\n"
+    [line] = refusal(tmp_path, text, capsys)
+    assert line.endswith(f"not valid YAML: nested deeper than {matrix.MAX_YAML_DEPTH} levels"), line
+
+
+def test_a_thousand_problems_print_twenty_lines_and_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE + "torch:\n" + '  - {version: "2.13.0"}\n' * 1000 + '  - {version: "2.14.1"}\n'
+    lines = refusal(tmp_path, text, capsys)
+    assert len(lines) == matrix.MAX_PROBLEMS_SHOWN + 1
+    assert lines[0] == ": torch[1].version: duplicate cell: '2.13.0' is already torch[0]"
+    assert lines[-1] == ": ... 979 more problems"
+
+
+def test_a_mebibyte_of_duplicates_stays_a_screenful(tmp_path: Path) -> None:
+    """The largest matrix accepted, all duplicates (2 million of them once printed 2 million lines)."""
+    entry = '  - {version: "2.13.0"}\n'
+    count = (matrix.MAX_MATRIX_BYTES - 200) // len(entry)
+    path = write(tmp_path, BASE + "torch:\n" + entry * count + '  - {version: "2.14.1"}\n')
+    proc = matrix_command(str(path), limit_memory=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == matrix.MAX_PROBLEMS_SHOWN + 1 and lines[-1] == f"{path}: ... {count - 1 - 20:,} more problems"
+
+
+@pytest.mark.parametrize(("limit", "shown"), [
+    pytest.param("9" * 330, "a 330-digit number (99999999...)", id="330-digits"),
+    pytest.param("1.0e+308", "1e+308", id="1e308"),
+    pytest.param("86401", "86401", id="a-day-and-a-second"),
+])
+@pytest.mark.parametrize("where", ["top", "entry"])
+def test_a_time_limit_over_a_day_is_refused_naming_key_and_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 limit: str, shown: str, where: str) -> None:
+    """330 digits overflowed float() in every command and `nox -l`; 1e308 gave a 300-digit timeout_minutes."""
+    if where == "top":
+        text, key = BASE + TWO + f"time_limit_s: {limit}\n", "time_limit_s"
+    else:
+        text, key = BASE + f'torch: [{{version: "2.13.0"}}, {{version: "2.14.1", time_limit_s: {limit}}}]\n', "torch[1].time_limit_s"
+    assert refusal(tmp_path, text, capsys) == [f": {key}: {shown} is over the limit of 86400 seconds (a day)"]
+
+
+def test_a_day_is_the_longest_time_limit(tmp_path: Path) -> None:
+    m = load(write(tmp_path, BASE + 'torch: [{version: "2.13.0", time_limit_s: 86400}, {version: "2.14.1"}]\n'))
+    assert m.cells[0].time_limit_s == 86400
+
+
+def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Python refuses int() of over 4300 digits with a ValueError that escaped PyYAML."""
+    [line] = refusal(tmp_path, BASE + TWO + f"time_limit_s: {'9' * 5000}\n", capsys)
+    assert line.startswith(": not valid YAML: Exceeds the limit (4300 digits)"), line
+
+
+def test_a_huge_time_limit_stops_nox_list_and_the_cells_listing(tmp_path: Path) -> None:
+    pytest.importorskip("nox")
+    path = write(tmp_path, BASE + TWO + f"time_limit_s: {'9' * 330}\n")
+    expected = f"{path}: time_limit_s: a 330-digit number (99999999...) is over the limit of 86400 seconds (a day)\n"
+    env = {**os.environ, "CONFORMANCE_MATRIX": str(path)}
+    for cmd, prefix in (([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"], ""),
+                        ([sys.executable, "-m", "cpugpu_conformance", "cells", "--json"], "cpugpu-conformance cells: error: ")):
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", prefix + expected), cmd

@@ -299,3 +299,70 @@ def test_a_listed_survivor_makes_the_run_pass(tiny, capsys):
     out = capsys.readouterr().out
     assert out.startswith("killed 1 of 1\nequivalent 1 (reviewed)\n") and "SURVIVED" not in out
     assert "(1 mutant, line 3)" in out and "why: nothing reads verbose" in out
+
+
+# ---------------------------------------------------------------- the reference by content, a file's neighbours
+
+
+def test_a_byte_identical_copy_of_the_reference_gets_the_reviewed_list(tmp_path):
+    """The review is of reference.py's content: a copy elsewhere reported its 49 equivalents as survivors."""
+    copy = tmp_path / "elsewhere" / "buffers.py"
+    copy.parent.mkdir()
+    shutil.copyfile(mu.REFERENCE_FILE, copy)
+    reviewed = mu.default_equivalents(mu.REFERENCE_FILE)
+    assert reviewed and mu.default_equivalents(copy) == reviewed
+    edited = tmp_path / "edited.py"
+    edited.write_bytes(mu.REFERENCE_FILE.read_bytes() + b"# one more line\n")
+    assert mu.default_equivalents(edited) == [], "an edited copy was not reviewed"
+
+
+def test_the_reviewed_list_covers_the_mutants_of_a_copy_of_the_reference(tmp_path):
+    copy = tmp_path / "buffers.py"
+    shutil.copyfile(mu.REFERENCE_FILE, copy)
+    config = mu.write_config(tmp_path, copy, ["true"], 60)
+    mu.init_session(config, tmp_path / "s.sqlite", tmp_path, tmp_path / "log")
+    mutants = mu.list_mutants(tmp_path / "s.sqlite", copy)
+    assert mu.match_equivalents(mutants, mu.default_equivalents(copy)) == []
+    assert sum(m.equivalent is not None for m in mutants) == 49
+
+
+def test_a_directory_as_impl_is_named_a_directory(tmp_path, capsys):
+    assert mu.main(["--impl", f"{tmp_path}/:Tiny"]) == 2
+    assert _one_error_line(capsys) == f"mutation: --impl '{tmp_path}/:Tiny': '{tmp_path}/' is a directory, not a Python file (name the file in it)"
+
+
+# A fake suite that loads the impl as impl.load does a file: its folder first on sys.path.
+TEST_BESIDE = """\
+import os
+import runpy
+import sys
+
+
+def test_checked(pytestconfig):
+    path, attr = pytestconfig.getoption("impl").rsplit(":", 1)
+    sys.path.insert(0, os.path.dirname(path))
+    assert runpy.run_path(path)[attr].checked is True
+"""
+
+
+def test_a_target_importing_a_module_beside_it_is_mutated_with_its_neighbour(tiny, capsys):
+    (tiny / "suite" / "test_tiny.py").write_text(TEST_BESIDE)
+    (tiny / "flags.py").write_text("UNUSED = 1\n")
+    (tiny / "beside.py").write_text("import flags  # a module beside the file\n\n" + TINY)
+    work = tiny / "work"
+    assert _main(tiny, "--workdir", str(work), target="beside.py") == 1, capsys.readouterr()
+    assert capsys.readouterr().out.startswith("killed 1 of 2\nequivalent 0 (reviewed)\nsurvived 1,")
+    assert (work / "flags.py").is_symlink() and (work / "flags.py").resolve() == tiny / "flags.py"
+    assert not (work / "work").exists() and (work / "beside.py").read_text() == (tiny / "beside.py").read_text()
+
+
+def test_neighbours_are_linked_never_over_what_the_work_directory_holds(tmp_path):
+    src, work = tmp_path / "src", tmp_path / "src" / "work"
+    for folder in (src / "pkg", src / "__pycache__", work):
+        folder.mkdir(parents=True)
+    for name in ("target.py", "helper.py", "data.csv", ".hidden.py", "kept.py"):
+        (src / name).write_text("")
+    (work / "kept.py").write_text("ours\n")
+    made = mu.link_neighbours(src / "target.py", work)
+    assert sorted(p.name for p in made) == ["helper.py", "pkg"]
+    assert (work / "kept.py").read_text() == "ours\n" and not (work / "target.py").exists()

@@ -21,6 +21,7 @@ answer is that range, with the untestable releases named.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -29,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
 from cpugpu_conformance.index import ReleaseListingError as BisectError  # the listing's errors are bisect's too
-from cpugpu_conformance.index import available_releases, parse_project_page  # noqa: F401  (re-exported)
+from cpugpu_conformance.index import available_releases, parse_project_page, releases_in_folders  # noqa: F401  (re-exported)
 
 # --------------------------------------------------------------------------- releases
 
@@ -41,16 +42,35 @@ def _as_version(text: str, what: str) -> Version:
         raise BisectError(f"{what} {text!r} is not a version number") from None
 
 
-def releases_between(good: str, bad: str, available: list[str]) -> list[str]:
+def releases_between(good: str, bad: str, available: list[str], where: str = "on the index") -> list[str]:
     """The available releases from ``good`` to ``bad``, both included, oldest first."""
     good_v, bad_v = _as_version(good, "good release"), _as_version(bad, "bad release")
     by_version = {Version(r): r for r in available}
     for label, wanted, text in (("good", good_v, good), ("bad", bad_v, bad)):
         if wanted not in by_version:
-            raise BisectError(f"{label} release {text} is not a final torch release on the index")
+            raise BisectError(f"{label} release {text} is not a final torch release {where}")
     if not good_v < bad_v:
         raise BisectError(f"good release {good} must be older than bad release {bad}")
     return [by_version[v] for v in sorted(by_version) if good_v <= v <= bad_v]
+
+
+def installable_releases(index_url: str | None, find_links: Sequence[str] = (), offline: bool = False) -> list[str]:
+    """The final releases the cells could install, oldest first: those in the find_links
+    folders and, unless offline, on the index. Offline, the index is never asked."""
+    found = releases_in_folders(find_links)
+    if offline:
+        if not find_links:
+            raise BisectError("offline: true and no find_links: no folder of wheels to list torch releases from")
+        return found
+    return sorted(set(found) | set(available_releases(index_url)), key=Version)
+
+
+def _where_listed(find_links: Sequence[str], offline: bool) -> str:
+    """Where the releases were looked for, for a release that is not there."""
+    folders = " or ".join(f"in {folder}" for folder in find_links)
+    if offline:
+        return folders
+    return "on the index" + (f" or {folders}" if folders else "")
 
 
 # --------------------------------------------------------------------------- comparing
@@ -196,17 +216,23 @@ def run(
     run_release: Callable[[str], Path],
     index_url: str | None = None,
     releases: list[str] | None = None,
+    find_links: Sequence[str] = (),
+    offline: bool = False,
 ) -> int:
     """Bisect from ``good`` to ``bad``; print the steps and the verdict.
 
     ``run_release(version)`` runs a cell for that torch release and returns its result
-    file, which is kept. ``releases`` replaces the index listing (offline use).
+    file, which is kept. The releases are those in the ``find_links`` folders and, unless
+    ``offline``, on the index; ``releases`` replaces that listing.
     Exit status: 0 a change point was found, 1 good and bad agree, 2 bad input or a
     release at either end that could not be tested.
     """
     try:
-        available = releases if releases is not None else available_releases(index_url)
-        span = releases_between(good, bad, available)
+        if releases is not None:
+            span = releases_between(good, bad, releases, "among those given")
+        else:
+            available = installable_releases(index_url, find_links, offline)
+            span = releases_between(good, bad, available, _where_listed(find_links, offline))
     except BisectError as exc:
         print(f"bisect: {exc}", file=sys.stderr)
         return 2

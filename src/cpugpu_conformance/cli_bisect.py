@@ -1,7 +1,8 @@
 """``cpugpu-conformance bisect GOOD BAD [--device D] [PYTEST_ARGS]``: the first release that changes the answer.
 
-Lists the final torch releases from GOOD to BAD on the matrix's index and binary-searches
-them (bisect.py), running each release as a cell: in its own environment,
+Lists the final torch releases from GOOD to BAD in the matrix's find_links folders and, unless
+it says ``offline: true``, on its index, and binary-searches them (bisect.py), running each
+release as a cell (offline too, when the matrix is): in its own environment,
 <envdir>/bisect-torch-<release> (default .nox/ in the checkout), with its result kept as
 <results>/bisect/torch-<release>-<device>.json. A release the matrix lists is paired as
 listed; another gets the default pairing (bisect needs releases matrix.yaml does not list).
@@ -52,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Other options, and arguments after --, go to pytest."
 
 
+def _folders(matrix: matrices.Matrix) -> list[str]:
+    """The find_links folders the cells install from: the matrix's and its entries' own."""
+    folders = [matrix.find_links] + [release.find_links for release in matrix.releases]
+    return list(dict.fromkeys(folder for folder in folders if folder))
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse(parser_for(PROG, HELP, add_arguments), argv, lenient=True)
     return args if isinstance(args, int) else run(args)
@@ -83,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return results_dir / f"{cell.name}.json"
 
     try:
-        return bisecting.run(args.good, args.bad, run_release, index_url=matrix.index_url)
+        return bisecting.run(args.good, args.bad, run_release, index_url=matrix.index_url,
+                             find_links=_folders(matrix), offline=matrix.offline)
     except results.ResultPathBusy as exc:
         return error(PROG, str(exc))
     except cells.CellInterrupted as exc:

@@ -135,9 +135,21 @@ def check(spec: str) -> None:
 
 def _existing_file(spec: str, target: str) -> Path:
     path = Path(target).resolve()
+    if path.is_dir():
+        raise ImplError(f"--impl {spec!r}: {str(path)!r} is a directory, not a Python file "
+                        "(name the file in it: path/to/file.py:Attr)")
     if not path.is_file():
         raise ImplError(f"--impl {spec!r}: no such file {str(path)!r}")
     return path
+
+
+def _beside_on_path(folder: Path) -> None:
+    """Put the file's folder first on sys.path, as Python does for a script, so that the file
+    imports the modules beside it. Only for a file spec (a module's neighbours come through
+    its package), and left in place: the class may import a neighbour later, in a method."""
+    entry = str(folder)
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
 
 
 @contextlib.contextmanager
@@ -160,12 +172,15 @@ def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
             raise ImplError(f"--impl {spec!r}: cannot load {str(path)!r} as a Python module")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module  # dataclasses and pickling look modules up by name
+        _beside_on_path(path.parent)
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:
             raise ImplError(f"--impl {spec!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from None
         import_code = (
             "import importlib.util\n"
+            "import sys\n"
+            f"sys.path.insert(0, {str(path.parent)!r})  # the modules beside the file, as for a script\n"
             f"_spec = importlib.util.spec_from_file_location('impl_under_test', {str(path)!r})\n"
             "_module = importlib.util.module_from_spec(_spec)\n"
             "_spec.loader.exec_module(_module)\n"
@@ -181,7 +196,7 @@ def _import(spec: str, target: str, attr: str) -> tuple[Any, str]:
             import_code = f"from {target} import {attr} as Buffer\n"
         where = f"module {target!r}"
     cls = _resolve(module, attr, spec, where)
-    if not callable(cls):
+    if not inspect.isclass(cls):  # a function would be called as the constructor, and judged as no class is
         raise ImplError(f"--impl {spec!r}: {attr!r} is a {type(cls).__name__}, not a class")
     check_signature(cls, spec)
     return cls, import_code

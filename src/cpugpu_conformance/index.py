@@ -159,13 +159,17 @@ def folder_releases(folder: str | Path) -> list[str]:
     return final_releases((name, False) for name in names)
 
 
+def releases_in_folders(find_links: Sequence[str | Path]) -> list[str]:
+    """Final torch releases among the wheels of all these find-links folders, oldest first."""
+    found = {release for folder in find_links for release in folder_releases(folder)}
+    return sorted(found, key=Version)
+
+
 def newest_final_release(index_url: str | None, find_links: Sequence[str | Path] = (), *, offline: bool = False,
                          fetch: Fetch | None = None) -> str:
     """The newest final torch release the installer could take: from the find-links folders
     and, unless offline, the index (``index_url``, else PyPI)."""
-    found: list[str] = []
-    for folder in find_links:
-        found += folder_releases(folder)
+    found = releases_in_folders(find_links)
     if not offline:  # an unreachable index is an error even when a folder has wheels: never a silent older pick
         found += available_releases(index_url, fetch)
     if not found:

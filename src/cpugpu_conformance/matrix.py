@@ -32,11 +32,16 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance.promises import DEVICES
+from cpugpu_conformance.results import ResultFileError, read_regular_file
 
 DEFAULT_PATH = Path("matrix.yaml")
 EXIT_INVALID = 2
 HYPOTHESIS_PROFILES = ("default", "ci", "thorough")
 DEFAULT_TIME_LIMIT_S = 600.0
+MAX_TIME_LIMIT_S = 86400  # a day: more is a typo, and a huge number overflows every timeout it reaches
+MAX_MATRIX_BYTES = 1024 * 1024  # a matrix is a few kB; the cap keeps a huge file (or /dev/zero) out of memory
+MAX_YAML_DEPTH = 32  # a matrix nests four levels; PyYAML recurses once per level
+MAX_PROBLEMS_SHOWN = 20  # a file of a million mistakes is told in a screenful
 LATEST = "latest"  # a torch entry resolved, when its cell runs, to the newest final release
 
 # "x-expect" is ours: what a value should look like, for errors a person can act on.
@@ -119,9 +124,14 @@ def is_torch_version(value: object) -> bool:
 
 
 class MatrixError(Exception):
-    """matrix.yaml is unusable; ``lines`` holds one message per problem."""
+    """matrix.yaml is unusable; ``lines`` holds one message per problem (the first
+    MAX_PROBLEMS_SHOWN of them, then one line saying how many more)."""
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str], path: Path | None = None):
+        if len(lines) > MAX_PROBLEMS_SHOWN:
+            more = len(lines) - MAX_PROBLEMS_SHOWN
+            where = f"{path}: " if path else ""
+            lines = lines[:MAX_PROBLEMS_SHOWN] + [f"{where}... {more:,} more problem{'s' if more > 1 else ''}"]
         super().__init__("\n".join(lines))
         self.lines = lines
 
@@ -328,7 +338,31 @@ def default_release(version: str) -> Release:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys; a matrix with two `baseline:` is a mistake."""
+    """PyYAML keeps the last of two equal keys; a matrix with two `baseline:` is a mistake.
+
+    Anchors and aliases are refused before any node is built: nine levels of nine aliases
+    expand to gigabytes (an alias bomb), and a matrix has nothing worth sharing. Nesting is
+    capped too, since PyYAML composes each level with one more recursive call.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise yaml.composer.ComposerError(
+                None, None, f"{sign}{event.anchor}: anchors and aliases are not accepted in a matrix (write the value out)",
+                event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -346,10 +380,11 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
     """Read and validate matrix.yaml; raise MatrixError naming the file and each bad key."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError([f"{path}: no such file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        # Regular files only (a FIFO would block every command, nox -l included), of a matrix's size.
+        text = read_regular_file(path, max_bytes=MAX_MATRIX_BYTES, what="file").decode("utf-8")
+    except ResultFileError as exc:
+        raise MatrixError([str(exc)]) from None
+    except UnicodeDecodeError as exc:
         raise MatrixError([f"{path}: cannot read: {exc}"]) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
@@ -362,16 +397,18 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
         raise MatrixError([f"{path}{where}: not valid YAML: {exc.problem or exc.context}{context}"]) from None
     except yaml.YAMLError as exc:
         raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
+    except ValueError as exc:  # an integer of over 4300 digits, which int() refuses to read
+        raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
     if not isinstance(data, dict):
         raise MatrixError([f"{path}: expected a mapping of keys ({', '.join(SCHEMA['properties'])}), got {_kind(data)}"])
 
     errors = jsonschema.Draft202012Validator(SCHEMA, format_checker=_FORMATS).iter_errors(data)
     problems = [f"{path}: {line}" for err in errors for line in _describe(err)]
     if problems:
-        raise MatrixError(list(dict.fromkeys(problems)))
+        raise MatrixError(list(dict.fromkeys(problems)), path)
     problems = [f"{path}: {line}" for line in _semantic_problems(data) + _source_problems(path, data)]
     if problems:
-        raise MatrixError(problems)
+        raise MatrixError(problems, path)
     return _build(path, data)
 
 
@@ -452,11 +489,23 @@ def _folder(matrix_path: Path, folder: str) -> Path:
 
 
 def _unbounded_time_limits(data: dict[str, Any]) -> list[str]:
-    """YAML's .nan and .inf are numbers the schema accepts, but no time limit (and not JSON)."""
+    """YAML's .nan and .inf are numbers the schema accepts, but no time limit (and not JSON);
+    a limit over a day is a typo (and 1e308, or 330 digits, overflows the timeouts it reaches)."""
     limits = [("time_limit_s", data.get("time_limit_s"))]
     limits += [(f"torch[{i}].time_limit_s", e.get("time_limit_s")) for i, e in enumerate(data["torch"])]
-    return [f"{key}: {value!r} is not a finite number of seconds above 0"
-            for key, value in limits if isinstance(value, float) and not math.isfinite(value)]
+    problems = []
+    for key, value in limits:
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key}: {value!r} is not a finite number of seconds above 0")
+        elif isinstance(value, (int, float)) and value > MAX_TIME_LIMIT_S:
+            problems.append(f"{key}: {_short_number(value)} is over the limit of {MAX_TIME_LIMIT_S} seconds (a day)")
+    return problems
+
+
+def _short_number(value: int | float) -> str:
+    """A number as written, or its size when it is too long to be worth a line."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"a {len(text)}-digit number ({text[:8]}...)"
 
 
 def _build(path: Path, data: dict[str, Any]) -> Matrix:

@@ -4,7 +4,9 @@
         [--workdir DIR] [--timeout SECONDS] [--check-equivalents] [--suite DIR] [-- extra pytest args]
 
 The target file is copied into the work directory and only the copy is mutated, so an
-interrupted run never leaves a mutant in the source tree. The suite must pass on the
+interrupted run never leaves a mutant in the source tree; the modules beside a target file are
+linked beside the copy, so that the file imports them as it does in place. The committed
+equivalents apply to reference.py and to any byte-identical copy of it. The suite must pass on the
 unmutated copy first (the baseline); then ``cosmic-ray init`` lists the mutants and
 ``cosmic-ray exec`` (local distributor) runs, for each, from the project root:
 
@@ -114,12 +116,19 @@ def resolve_target(spec: str) -> tuple[Path, str]:
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise BadInput(f"--impl {spec!r}: expected 'path/to/file.py:Attr' or 'module.path:Attr'")
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    if _is_file_spec(spec):
         path = Path(target)
+        if path.is_dir():
+            raise BadInput(f"--impl {spec!r}: {target!r} is a directory, not a Python file (name the file in it)")
         if not path.is_file():
             raise BadInput(f"--impl {spec!r}: no such file {target!r}")
         return path.resolve(), attr
     return _module_file(spec, target), attr
+
+
+def _is_file_spec(spec: str) -> bool:
+    target = spec.rpartition(":")[0]
+    return target.endswith(".py") or "/" in target or "\\" in target
 
 
 def _module_file(spec: str, module: str) -> Path:
@@ -181,8 +190,19 @@ def _entry(path: Path, number: int, raw: Any) -> Equivalent:
 
 
 def default_equivalents(target: Path) -> list[Equivalent]:
-    """The committed list applies to the reference only; other targets start with none."""
-    return load_equivalents(DEFAULT_EQUIVALENTS) if target == REFERENCE_FILE else []
+    """The committed list applies to the reference only, wherever it lies: to reference.py and to a
+    byte-identical copy of it (the review was of that content, not of a path); other targets
+    start with none."""
+    return load_equivalents(DEFAULT_EQUIVALENTS) if is_the_reference(target) else []
+
+
+def is_the_reference(target: Path) -> bool:
+    if target == REFERENCE_FILE:
+        return True
+    try:
+        return target.stat().st_size == REFERENCE_FILE.stat().st_size and target.read_bytes() == REFERENCE_FILE.read_bytes()
+    except OSError:
+        return False
 
 
 def suite_tests_cuda(extra: Sequence[str]) -> bool:
@@ -261,6 +281,24 @@ def match_equivalents(mutants: Sequence[Mutant], equivalents: Sequence[Equivalen
 
 
 # ---------------------------------------------------------------- running
+
+
+def link_neighbours(target: Path, workdir: Path) -> list[Path]:
+    """Link the target's importable neighbours (modules, extension modules, packages) beside its
+    copy: the suite puts the copy's folder on sys.path as Python does for a script, and a file that
+    imports a module beside it must find it there too. Links, not copies (nothing but the copy is
+    mutated); nothing that is already in the work directory is replaced."""
+    made = []
+    work = workdir.resolve()
+    for entry in sorted(target.parent.iterdir()):
+        link = workdir / entry.name
+        importable = entry.suffix in (".py", ".so", ".pyd") or (entry.is_dir() and entry.name != "__pycache__")
+        if (entry.name == target.name or not importable or entry.name.startswith(".") or link.exists()
+                or link.is_symlink() or entry.resolve() == work):
+            continue
+        link.symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+        made.append(link)
+    return made
 
 
 def suite_command(copy: Path, attr: str, suite: str, extra: Sequence[str]) -> list[str]:
@@ -524,6 +562,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         if copy.resolve() == target:
             raise BadInput(f"--workdir {args.workdir!r}: is the target's own directory; the copy would be the original")
         shutil.copyfile(target, copy)
+        if _is_file_spec(args.impl):  # a module's neighbours come through its package
+            link_neighbours(target, workdir)
         command = suite_command(copy, attr, args.suite, extra)
         print(f"mutation: target {display}:{attr}, suite command: {shlex.join(command)}", file=sys.stderr)
         baseline = run_baseline(command, root, display, limit=args.timeout or 3600.0)

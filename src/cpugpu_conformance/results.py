@@ -706,8 +706,10 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
 # ---------------------------------------------------------------------------- files
 
 
-def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES,
+                      what: str = "result file") -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; anything else is a ResultFileError.
+    ``what`` names the kind of file in the messages ("no such result file").
 
     FIFOs and devices are refused before they are opened (opening a FIFO blocks), and
     opened without blocking in case the file changed in between.
@@ -716,14 +718,14 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise ResultFileError(f"{path}: no such result file") from None
+        raise ResultFileError(f"{path}: no such {what}") from None
     except OSError as exc:
         why = "a symbolic link loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
         raise ResultFileError(f"{path}: cannot read: {why}") from None
     if not stat.S_ISREG(info.st_mode):
         raise ResultFileError(f"{path}: not a regular file ({_kind_of(info.st_mode)})")
     if info.st_size > max_bytes:
-        raise ResultFileError(f"{path}: {info.st_size:,} bytes, over the {max_bytes:,}-byte limit for a result file")
+        raise ResultFileError(f"{path}: {info.st_size:,} bytes, over the {max_bytes:,}-byte limit for a {what}")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -733,7 +735,7 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE
             raise ResultFileError(f"{path}: not a regular file")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ResultFileError(f"{path}: over the {max_bytes:,}-byte limit for a result file")
+        raise ResultFileError(f"{path}: over the {max_bytes:,}-byte limit for a {what}")
     return data
 
 
