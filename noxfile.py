@@ -59,6 +59,9 @@ WHERE = ("--matrix", str(MATRIX.path), "--results", str(RESULTS))  # the files t
 
 # Cells run by this nox invocation, in order, for the summary session.
 _cells_run: list[str] = []
+# Those whose cell command ended with an answer (exit 0 or 1): for any other, whatever file is
+# at its path is an earlier run's, and the summary must not read it as this run's answer.
+_cells_answered: set[str] = set()
 
 
 def _fail(session: nox.Session, message: str) -> None:
@@ -67,11 +70,13 @@ def _fail(session: nox.Session, message: str) -> None:
     raise CommandFailed(message)
 
 
-def _command(session: nox.Session, *argv: str) -> None:
+def _command(session: nox.Session, *argv: str, cell: str | None = None) -> None:
     """`cpugpu-conformance ARGV`, run in this process (nox imports the package from src/, installs
     nothing for it). Exit 1 fails the session; a signal's exit stops nox as Ctrl-C does (the
     command has recorded it); any other exit is misuse, which the command has described."""
     code = cli.main(list(argv))
+    if cell is not None and code in (0, 1):
+        _cells_answered.add(cell)
     if code == 0:
         return
     if code == 1:
@@ -85,10 +90,11 @@ def _command(session: nox.Session, *argv: str) -> None:
 @nox.parametrize("torch,device", [nox.param(c.torch, c.device.name, tags=c.tags) for c in MATRIX.cells])
 def conformance(session: nox.Session, torch: str, device: str) -> None:
     """One cell: install torch (+numpy), check it is that torch, run `pytest conformance`."""
-    _cells_run.append(MATRIX.cell(torch, device).name)
+    name = MATRIX.cell(torch, device).name
+    _cells_run.append(name)
     session.notify("summary")  # runs after every cell, whatever they did
     _command(session, "cell", torch, "--device", device, "--env", str(session.virtualenv.location), *WHERE,
-             "--", *session.posargs)
+             "--", *session.posargs, cell=name)
 
 
 @nox.session(venv_backend="none", default=False)
@@ -96,7 +102,8 @@ def summary(session: nox.Session) -> None:
     """Table of the cells this run ran (alone: every matrix cell); fails unless every one is clean."""
     names = list(dict.fromkeys(_cells_run)) or [c.name for c in MATRIX.cells]
     print(flush=True)
-    _command(session, "summary", str(RESULTS), "--cells", ",".join(names))
+    unanswered = [f"--no-answer={n}" for n in names if _cells_run and n not in _cells_answered]
+    _command(session, "summary", str(RESULTS), "--cells", ",".join(names), *unanswered)
 
 
 @nox.session(name="matrix", venv_backend="none", default=False)

@@ -154,6 +154,22 @@ def test_every_cell_runs_and_the_run_fails_after_a_summary(tmp_path: Path) -> No
     assert not [p.name for p in out.glob(".*")], "no lock or staging file is left"
 
 
+def test_a_cell_that_could_not_write_its_answer_is_no_result_in_the_summary_never_its_old_pass(tmp_path: Path) -> None:
+    """The cell's lock cannot be taken (a folder stands there): its command ends before writing, and the
+    summary must not read the pass an earlier run left at its path."""
+    matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n')
+    out = tmp_path / "results"
+    out.mkdir()
+    _cell_result(out, "99.0.0", "passed")
+    results.lock_path(out / "torch-99.0.0-cpu.json").mkdir()
+    proc = nox("-t", "torch-99.0.0", "--envdir", str(tmp_path / "envs"), matrix=matrix, results_dir=out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [row] = [line for line in proc.stdout.splitlines() if line.startswith("torch-99.0.0-cpu ")]
+    assert "NO RESULT" in row and "passed" not in row, proc.stdout
+    assert "its cell wrote no answer in this run" in proc.stdout
+    assert results.load(out / "torch-99.0.0-cpu.json").answer().clean, "the earlier file is left as it was"
+
+
 def test_matrix_session_runs_the_cells_side_by_side_through_the_command(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path, 'torch: [{version: "98.0.0"}, {version: "99.0.0"}]\n')
     out = tmp_path / "results"

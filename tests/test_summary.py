@@ -73,3 +73,21 @@ def test_an_empty_results_dir_argument_is_one_line_exit_2(tmp_path: Path, monkey
     rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
     assert main(["summary", ""]) == 2
     assert one_error(capsys) == "RESULTS_DIR '': an empty path (it would stand for the current folder)"
+
+
+def test_a_cell_that_wrote_no_answer_this_run_is_never_its_old_pass(tmp_path: Path, capsys) -> None:
+    """nox names each cell whose command ended without an answer: the pass left there is an earlier run's."""
+    rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    rf.write(tmp_path, "torch-2.14.1-cpu.json", rf.completed("2.14.1", cell="torch-2.14.1-cpu"))
+    assert main(["summary", str(tmp_path), "--cells", "torch-2.13.0-cpu,torch-2.14.1-cpu",
+                 "--no-answer", "torch-2.14.1-cpu"]) == 1
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("torch-")}
+    assert rows["torch-2.13.0-cpu"].split()[3] == "passed"
+    assert "NO RESULT" in rows["torch-2.14.1-cpu"]
+    assert "its cell wrote no answer in this run" in out
+
+
+def test_a_no_answer_name_that_is_not_a_plain_name_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["summary", str(tmp_path), "--no-answer", "../x"]) == 2
+    assert "../x" in one_error(capsys)

@@ -1034,6 +1034,11 @@ def check_cell_name(name: str) -> str:
     return name
 
 
+def unanswered_row(path: Path, name: str, why: str) -> Row:
+    """A summary row for a cell with no answer from this run, whatever file is at its path: never clean."""
+    return replace(_row_without_result(name, path, results.ResultFileError(why)), answer="no_result")
+
+
 def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row]:
     """One row per cell: the cells named (missing files show as such), or every result file.
 

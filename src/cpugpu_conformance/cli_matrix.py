@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from cpugpu_conformance import cell as cells
@@ -200,7 +199,7 @@ def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, s
     unanswered = unanswered or {}
     names = [d.name for d in outcome.finished if d.name not in unanswered]
     rows = cells.summarize(results_dir, names) if names else []
-    rows += [unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
+    rows += [cells.unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
     rows.sort(key=lambda r: (cells._sort_key(r.torch), r.device, r.cell))
     if rows:
         cells.say("\n" + cells.format_summary(rows))
@@ -212,7 +211,3 @@ def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, s
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
     return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
 
-
-def unanswered_row(path: Path, name: str, why: str) -> cells.Row:
-    """A summary row for a cell with no answer from this run, whatever file is at its path: never clean."""
-    return replace(cells._row_without_result(name, path, results.ResultFileError(why)), answer="no_result")
