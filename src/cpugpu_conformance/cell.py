@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -50,6 +50,7 @@ from packaging.version import InvalidVersion, Version
 from cpugpu_conformance import results
 from cpugpu_conformance.index import ReleaseListingError, newest_final_release
 from cpugpu_conformance.matrix import Cell, Release, release_key
+from cpugpu_conformance.output import say, write_out  # noqa: F401  (cells.say: the runner's commands print through it)
 
 LOG_TAIL_LINES = 40
 INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail
@@ -106,40 +107,6 @@ SUITE_LAUNCHER = (
     "or config.stash.__setitem__(k, 0)); "
     "code = pytest.main(sys.argv[1:], plugins=[no_final_gc]); sys.stdout.flush(); sys.stderr.flush(); os._exit(int(code))"
 )
-
-
-# ---------------------------------------------------------------------------- output
-
-
-def write_out(text: str, out: IO[str] | None = None) -> None:
-    """Write ``text`` to ``out`` (stdout) and flush it. A closed output (the terminal went away,
-    ``| head -1``) ends the printing, never the run: the stream's descriptor is pointed at
-    /dev/null, so later writes, and the interpreter's last flush, go nowhere without an error."""
-    out = sys.stdout if out is None else out
-    try:
-        out.write(text)
-        out.flush()
-    except (OSError, ValueError):  # EPIPE, EIO (a hung-up terminal), a closed file
-        _silence(out)
-
-
-def say(line: str, out: IO[str] | None = None) -> None:
-    """One line of output (see write_out)."""
-    write_out(line + "\n", out)
-
-
-def _silence(out: IO[str]) -> None:
-    try:
-        fd = out.fileno()
-    except (OSError, ValueError, AttributeError):
-        return  # not a file descriptor (a test's StringIO): nothing to redirect
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
-    with contextlib.suppress(OSError, ValueError):
-        out.flush()  # what was buffered goes to /dev/null now
 
 
 # ---------------------------------------------------------------------------- environments

@@ -17,6 +17,7 @@ from typing import Any
 
 from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance.cli_common import UsageError, add_matrix_option, error, load_matrix
+from cpugpu_conformance.output import say
 
 PROG = "cells"
 HELP = "list the matrix's cells (--json: the CI job matrix)"
@@ -62,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         return error(PROG, str(exc))
     if args.json:
-        print(json.dumps(job_matrix(matrix, cells), separators=(",", ":")))
+        say(json.dumps(job_matrix(matrix, cells), separators=(",", ":")))
     else:
         for cell in cells:
-            print(_line(cell))
+            say(_line(cell))
     return 0

@@ -41,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
              for name in unanswered]
     if not rows:
         return error(PROG, f"{folder}: no result files")
-    print(cells.format_summary(rows))
+    cells.say(cells.format_summary(rows))
     return 0 if all(r.clean for r in rows) else 1

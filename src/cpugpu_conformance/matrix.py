@@ -31,6 +31,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from cpugpu_conformance.output import say
 from cpugpu_conformance.promises import DEVICES
 from cpugpu_conformance.results import ResultFileError, read_regular_file
 
@@ -602,17 +603,17 @@ def _print_cells(matrix: Matrix) -> None:
         index += f" and {matrix.find_links}"
     if matrix.offline:
         index = f"{matrix.find_links or 'nowhere'} and uv's cache only (offline)"
-    print(f"{matrix.path}: {len(matrix.releases)} releases x {len(matrix.devices)} device(s) = "
+    say(f"{matrix.path}: {len(matrix.releases)} releases x {len(matrix.devices)} device(s) = "
           f"{len(matrix.cells)} cells; python {matrix.python}, profile {matrix.hypothesis_profile}, "
           f"torch from {index}")
-    print(f"baseline {matrix.baseline}; candidates {', '.join(matrix.candidates)}")
+    say(f"baseline {matrix.baseline}; candidates {', '.join(matrix.candidates)}")
     for c in matrix.cells:
         runner = c.device.runner if isinstance(c.device.runner, str) else ",".join(c.device.runner)
         own = [f"from {v}" for v in matrix._own_source(c).values() if v]  # an entry's own index or folder
         wanted = c.release.requirements()
         if c.release.is_latest:
             wanted[0] = "torch(newest-when-run)"
-        print(f"  {c.name:<22} {' '.join(wanted):<40} limit {c.time_limit_s:g} s  runner {runner}"
+        say(f"  {c.name:<22} {' '.join(wanted):<40} limit {c.time_limit_s:g} s  runner {runner}"
               + "".join(f"  {o}" for o in own))
 
 
@@ -628,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         return EXIT_INVALID
     if args.json:
-        print(json.dumps(matrix.as_json(), indent=2))
+        say(json.dumps(matrix.as_json(), indent=2))
     else:
         _print_cells(matrix)
     return 0
