@@ -91,3 +91,11 @@ def test_a_cell_that_wrote_no_answer_this_run_is_never_its_old_pass(tmp_path: Pa
 def test_a_no_answer_name_that_is_not_a_plain_name_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert main(["summary", str(tmp_path), "--no-answer", "../x"]) == 2
     assert "../x" in one_error(capsys)
+
+
+def test_hidden_files_are_not_cells(tmp_path: Path, capsys) -> None:
+    """A staging or editor file (.x.json) is no cell of the results folder."""
+    rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    (tmp_path / ".torch-2.14.1-cpu.json").write_text("{", encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 0
+    assert [row.cell for row in cell.summarize(tmp_path)] == ["torch-2.13.0-cpu"]

@@ -1012,7 +1012,7 @@ def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row
     A named cell must be a plain name (``check_cell_name``): ValueError otherwise.
     """
     results_dir = Path(results_dir)
-    names = [check_cell_name(n) for n in cells] if cells is not None else sorted(p.stem for p in results_dir.glob("*.json"))
+    names = [check_cell_name(n) for n in cells] if cells is not None else sorted(p.stem for p in results_dir.glob("*.json") if not p.name.startswith("."))
     rows = [_row(name, results_dir / f"{name}.json") for name in names]
     return sorted(rows, key=lambda r: (_sort_key(r.torch), r.device, r.cell))
 
