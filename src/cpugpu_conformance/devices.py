@@ -116,8 +116,13 @@ CUDA = Device(
     stall="with torch.cuda.device(buf.gpu.device):\n    torch.cuda._sleep(1 << 25)",
     idle="torch.cuda.current_stream(buf.gpu.device).query()",
     # torch >= 1.10: in "error" mode a synchronizing CUDA call raises (a blocking copy included);
-    # the mode is process-wide, so the previous one is put back at once.
-    forbid_sync='previous_sync_debug_mode = torch.cuda.get_sync_debug_mode()\ntorch.cuda.set_sync_debug_mode("error")',
+    # the mode is process-wide, so the previous one is put back at once. Setting it warns once
+    # that the mode is a prototype: no part of the check, and an error under `-W error`.
+    forbid_sync=(
+        "import warnings\n\nprevious_sync_debug_mode = torch.cuda.get_sync_debug_mode()\n"
+        "with warnings.catch_warnings():\n    warnings.simplefilter(\"ignore\")\n"
+        '    torch.cuda.set_sync_debug_mode("error")'
+    ),
     allow_sync="torch.cuda.set_sync_debug_mode(previous_sync_debug_mode)",
     sync_refusal="called a synchronizing CUDA operation",
     forbids_sync=_cuda_forbids_sync,
