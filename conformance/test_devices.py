@@ -23,7 +23,6 @@ from .repro import Scenario
 from .scenarios import build
 from .snippets import BYTE_HELPERS, CONSTRUCT
 
-
 # Work queued on the caller's current stream before a copy lands before it, and the copy has
 # landed once that stream is synchronized. The work waits behind a long job ({stall}), so a
 # copy made on a stream the caller's does not wait for lands first, and is caught every time.

@@ -12,10 +12,10 @@ import types
 import warnings
 
 import pytest
+import result_factory as rf
 import torch
 from device_marker import missing_device
 from fake_cuda import FakeCuda, namespace
-import result_factory as rf
 from suite_runner import REPO, run_suite
 
 sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run

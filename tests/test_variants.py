@@ -11,7 +11,6 @@ from cpugpu_conformance import devices
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies, not_applicable
 from cpugpu_conformance.variants import VARIANTS, PreFixCpuGpuBuffer
 
-
 # Promises no broken class can break on a device, and why.
 UNBREAKABLE = {("4", "cuda"): "a host tensor and a CUDA tensor cannot share one storage"}
 

@@ -124,7 +124,7 @@ CUDA = Device(
         '    torch.cuda.set_sync_debug_mode("error")'
     ),
     allow_sync="torch.cuda.set_sync_debug_mode(previous_sync_debug_mode)",
-    sync_refusal="called a synchronizing CUDA operation",
+    sync_refusal="called a synchronizing",  # torch: "called a synchronizing CUDA operation"
     forbids_sync=_cuda_forbids_sync,
     launch_blocking_env="CUDA_LAUNCH_BLOCKING",
     caller_state=(

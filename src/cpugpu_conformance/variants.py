@@ -1,8 +1,9 @@
 """Deliberately broken CpuGpuBuffer implementations, each breaking one promise of CONTRACT.md.
 
 They exist to prove the suite has teeth: ``tests/test_variants.py`` runs the whole suite
-against every one and asserts that it fails on the promise the variant breaks. The
-pre-fix class from the original vLLM bug comes first.
+against every one and asserts that it fails on the promise the variant breaks, on every
+device where it breaks it (``Variant.fails_on``), and passes where its bug cannot happen
+(``Variant.passes_on``). The pre-fix class from the original vLLM bug comes first.
 
 Put one under test by hand with, e.g.::
 
