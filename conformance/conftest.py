@@ -227,7 +227,8 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
         allowed = marked_devices(marked) if marked else None
     except ValueError as exc:
         raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
-    return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed)
+    plan = item.config.stash[PLAN]  # None only in xdist's controller, which runs no test
+    return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed, plan.accelerators if plan else ())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

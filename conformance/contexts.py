@@ -14,18 +14,31 @@ Contexts only one device has (a CUDA side stream, say) are listed with it, in de
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from cpugpu_conformance import devices
+
+
+def _changes_something() -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class Context:
     name: str
     template: str  # binds `buf` from the constructor call `{make}`
+    # Why, on this machine, the context is the plain one (None: it is not); see devices.inert_contexts.
+    inert: Callable[[], str | None] = field(default=_changes_something, compare=False)
 
     def code(self, make: str) -> str:
         return self.template.format(make=make)
+
+    def same_as_plain(self) -> str | None:
+        """Why entering this context changes nothing here, so that a check that it leaves the
+        caller's state alone cannot fire (promise 12); None when it changes something."""
+        why = self.inert()
+        return f"context {self.name}: {why}" if why else None
 
     def __repr__(self) -> str:  # hypothesis prints this in falsifying examples
         return f"<context {self.name}>"
@@ -85,5 +98,6 @@ PLAIN = CONTEXTS[0]
 
 def contexts_for(device: str) -> tuple[Context, ...]:
     """Every context a buffer for `device` is built in: the common ones, then the device's own (devices.py)."""
-    own = tuple(Context(name, template) for name, template in devices.get(device).contexts)
+    dev = devices.get(device)
+    own = tuple(Context(name, template, lambda name=name: dev.inert_context(name)) for name, template in dev.contexts)
     return CONTEXTS + AMBIENT + own

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cpugpu_conformance.promises import DEVICES, PROMISES, applies
+from cpugpu_conformance import devices
+from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class DevicePlan:
     tested: tuple[str, ...]
     skipped: dict[str, str] = field(default_factory=dict)  # device -> why it is missing
     not_requested: dict[str, str] = field(default_factory=dict)  # device -> why it was not asked for
+    # The accelerators this machine has, asked for or not: promise 11 is not applicable beside one.
+    accelerators: tuple[str, ...] = ()
 
     @property
     def parametrized(self) -> list[str]:
@@ -43,11 +46,13 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
     """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
     this machine cannot test it (devices.unavailable())."""
     check_device_option(option)
+    present = devices.accelerators(unavailable)
     if option is None:
         return DevicePlan(
             None,
             tuple(d for d in DEVICES if d not in unavailable),
             not_requested={d: f"not requested (default: the devices this machine has): {why}" for d, why in unavailable.items()},
+            accelerators=present,
         )
     wanted = list(DEVICES) if option == "all" else [option]
     return DevicePlan(
@@ -55,6 +60,7 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
         tuple(d for d in wanted if d not in unavailable),
         skipped={d: unavailable[d] for d in wanted if d in unavailable},
         not_requested={d: f"not requested (--device {option})" for d in DEVICES if d not in wanted},
+        accelerators=present,
     )
 
 
@@ -70,7 +76,7 @@ def as_facts(plan: DevicePlan) -> dict[str, object]:
 
 
 def from_facts(facts: Mapping[str, Any]) -> DevicePlan:
-    return DevicePlan(**{**facts, "tested": tuple(facts["tested"])})
+    return DevicePlan(**{**facts, "tested": tuple(facts["tested"]), "accelerators": tuple(facts.get("accelerators", ()))})
 
 
 def refused_plan(option: str | None) -> DevicePlan:
@@ -101,13 +107,15 @@ def marked_devices(names: list[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def wanted(promises: set[str], device: str | None, chosen: frozenset[str] | None, allowed: frozenset[str] | None = None) -> bool:
+def wanted(promises: set[str], device: str | None, chosen: frozenset[str] | None, allowed: frozenset[str] | None = None,
+           accelerators: tuple[str, ...] = ()) -> bool:
     """Does a test run: on a device its marker allows (``allowed``; None: any), when one of its
-    promises was asked for (``chosen``; None: all) and applies on its device (promises.APPLIES_TO)."""
+    promises was asked for (``chosen``; None: all) and applies on its device on this machine
+    (promises.not_applicable: APPLIES_TO, and ``accelerators``, the plan's)."""
     if allowed is not None and device not in allowed:
         return False
     if not promises:
         return chosen is None  # a test of no promise in particular: run it unless promises were chosen
     if chosen is not None:
         promises = promises & chosen
-    return any(device is None or applies(p, device) for p in promises)
+    return any(device is None or not_applicable(p, device, accelerators) is None for p in promises)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from cpugpu_conformance import devices, results
-from cpugpu_conformance.promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies
+from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
 
 from .plan import DevicePlan, in_contract_order
 
@@ -282,14 +282,15 @@ class CellRecorder:
         """The verdict of one promise on one device, with the counts that back it."""
         tally = self.tallies.get((promise, device), Tally())
         dev = self.plan.entry(device)
-        asked = dev["status"] != "not_requested" and applies(promise, device) and (self.chosen is None or promise in self.chosen)
+        inapplicable = not_applicable(promise, device, self.plan.accelerators)
+        asked = dev["status"] != "not_requested" and inapplicable is None and (self.chosen is None or promise in self.chosen)
         if not asked and tally.failures:
             self.unattributed += tally.failures  # a failure is never dropped, even where nobody asked
         out: dict[str, Any] = tally.counts()
         if dev["status"] == "not_requested":
             return {"verdict": "not_requested", "reason": dev["reason"], **out}
-        if not applies(promise, device):
-            return {"verdict": "not_applicable", "reason": f"promise {promise} is about {' and '.join(APPLIES_TO[promise])}", **out}
+        if inapplicable is not None:
+            return {"verdict": "not_applicable", "reason": inapplicable, **out}
         if self.chosen is not None and promise not in self.chosen:
             return {"verdict": "not_requested", "reason": "not selected (--promise)", **out}
         if dev["status"] == "skipped":
@@ -300,6 +301,8 @@ class CellRecorder:
             out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
             if tally.observed:
                 out["observed"] = "; ".join(sorted(set(tally.observed)))
+            if tally.skipped:  # checks that could not run here: untested, and no part of the pass
+                out["reason"] = "passed on the checks that ran; untested: " + "; ".join(sorted(set(tally.reasons)))
             return out
         return {"verdict": "skipped", "reason": "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran", **out}
 

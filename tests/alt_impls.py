@@ -1,8 +1,18 @@
-"""Correct CpuGpuBuffer implementations written unlike the reference: the suite must accept them all."""
+"""CpuGpuBuffer implementations written unlike the reference, and where the suite must accept each.
+
+Each is correct on the devices of its ``passes_on``; ``fails_on`` names the devices where the
+contract rightly rejects it, and the one promise it breaks there (tests/test_alternatives.py
+checks both, and that every device of the registry is named).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 import torch
+
+from cpugpu_conformance.devices import NAMES as DEVICES
 
 
 class EmptyThenZero:
@@ -28,7 +38,8 @@ class EmptyThenZero:
 
 
 class BlockingCopies:
-    """Blocking copies, and slice(None, n) spelled out."""
+    """Blocking copies, and slice(None, n) spelled out: right on the CPU; on CUDA a blocking copy is
+    cudaMemcpyAsync plus a stream synchronize, so it waits for the work queued before it (promise 10)."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
         with torch.inference_mode(mode=False):
@@ -144,5 +155,26 @@ class NumpyProperty(DecoratedHelper):
         return self.cpu.numpy()
 
 
-ALTERNATIVES = (EmptyThenZero, BlockingCopies, DecoratedHelper, DropsPinHintOffCuda, SlotsAndKeywords,
-                ReadsDeviceType, NumpyProperty)
+@dataclass(frozen=True)
+class Alternative:
+    cls: type
+    fails_on: Mapping[str, str] = field(default_factory=dict)  # device -> the one promise it breaks there
+
+    @property
+    def name(self) -> str:
+        return self.cls.__name__
+
+    @property
+    def passes_on(self) -> tuple[str, ...]:
+        return tuple(d for d in DEVICES if d not in self.fails_on)
+
+
+ALTERNATIVES = (
+    Alternative(EmptyThenZero),
+    Alternative(BlockingCopies, fails_on={"cuda": "10"}),
+    Alternative(DecoratedHelper),
+    Alternative(DropsPinHintOffCuda),
+    Alternative(SlotsAndKeywords),
+    Alternative(ReadsDeviceType),
+    Alternative(NumpyProperty),
+)

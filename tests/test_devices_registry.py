@@ -36,12 +36,14 @@ def test_availability_is_torch_s_answer_with_the_reason():
         reason = devices.unavailable()["cuda"]
         assert reason.startswith("no CUDA device: torch.cuda.is_available() is False (torch ")
         assert torch.__version__ in reason
-        assert not devices.accelerator_present()
+        assert not devices.accelerator_present() and devices.accelerators(devices.unavailable()) == ()
+    assert devices.accelerators({}) == ("cuda",)  # a machine with every device: CUDA is the accelerator
 
 
 def test_what_only_cuda_has_is_stated_by_the_registry():
     assert not devices.CPU.pinning and devices.CUDA.pinning
-    assert devices.CPU.sync == "" and devices.CUDA.sync == "torch.cuda.synchronize()"
+    assert devices.CPU.sync == "" and "current_stream(index).synchronize()" in devices.CUDA.sync  # tests/test_cuda_checks.py
+    assert not devices.CPU.stall and not devices.CPU.forbid_sync and not devices.CPU.launch_blocking_env
     assert [name for name, _ in devices.CUDA.contexts] == ["default_device_cuda", "cuda_device_last", "cuda_side_stream"]
     assert not devices.CPU.contexts and not devices.CPU.caller_state and devices.CUDA.needs == "a CUDA device"
 
@@ -53,11 +55,12 @@ def test_the_suite_draws_its_device_specifics_from_the_registry():
     assert repr(strategies.pin_memory_for("cuda")) == "booleans()"
     # The reproducers stay standalone: the registry's sync, written out for each device that has one.
     assert 'def sync():\n    """Non-blocking copies have landed only once the stream is synchronized."""\n' \
-           '    if device.type == "cuda":\n        torch.cuda.synchronize()\n' in snippets.BYTE_HELPERS
+           '    if device.type == "cuda":\n        for index in range(torch.cuda.device_count()):\n' \
+           '            torch.cuda.current_stream(index).synchronize()\n' in snippets.BYTE_HELPERS
 
 
 def test_per_device_source_has_a_block_only_where_a_device_has_source():
-    assert devices.per_device(lambda d: d.sync) == '    if device.type == "cuda":\n        torch.cuda.synchronize()\n'
+    assert devices.per_device(lambda d: d.needs) == '    if device.type == "cuda":\n        a CUDA device\n'
     assert devices.per_device(lambda d: "") == "    pass\n"
 
 

@@ -1,32 +1,59 @@
-"""The suite has teeth: it rejects every broken variant, on the promise that variant breaks,
-with a reproducer that fails on its own; and it accepts the reference."""
+"""The suite has teeth: it rejects every broken variant, on the promise that variant breaks, on
+every device where it breaks it, with a reproducer that fails on its own; it accepts a variant
+where its bug cannot happen (variants.Variant.passes_on); and it accepts the reference."""
 
 from __future__ import annotations
 
 import pytest
 from suite_runner import run_script, run_suite
 
-from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
+from cpugpu_conformance import devices
+from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies, not_applicable
 from cpugpu_conformance.variants import VARIANTS, PreFixCpuGpuBuffer
+
+# Promises no broken class can break on a device, and why.
+UNBREAKABLE = {("4", "cuda"): "a host tensor and a CUDA tensor cannot share one storage"}
 
 
 def test_the_pre_fix_class_comes_first():
     assert VARIANTS[0].cls is PreFixCpuGpuBuffer and VARIANTS[0].promise == "3"
     assert len(VARIANTS) >= 10
-    judged = {p for p in PROMISES if p not in RECORDED_ONLY and applies(p, "cpu")}
-    assert {v.promise for v in VARIANTS} >= judged, "every promise judged on the CPU has a variant that breaks it"
+    for device in devices.NAMES:
+        judged = {p for p in PROMISES if p not in RECORDED_ONLY and applies(p, device) and (p, device) not in UNBREAKABLE}
+        broken = {v.promise for v in VARIANTS if device in v.fails_on}
+        assert broken >= judged, f"promises judged on {device} with no variant that breaks them there: {sorted(judged - broken)}"
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v.name}-breaks-{v.promise}")
-def test_suite_rejects_variant(variant, tmp_path):
+def test_every_variant_says_where_it_fails_and_where_it_passes():
+    for v in VARIANTS:
+        assert set(v.fails_on) | set(v.passes_on) == set(devices.NAMES), v.name
+        assert v.fails_on and not set(v.fails_on) & set(v.passes_on), v.name
+        assert all(applies(v.promise, d) for d in v.fails_on), f"{v.name} fails promise {v.promise} where it does not apply"
+    where = {v.name: (v.fails_on, v.passes_on) for v in VARIANTS}
+    assert where["SharedStorageBuffer"] == (("cpu",), ("cuda",))
+    assert where["PrivateStreamBuffer"] == (("cuda",), ("cpu",)) and VARIANTS[-1].promise == "10"
+
+
+def _on_each_device(passing: bool):
+    """(variant, device) for each device where it must fail (passing=False) or pass; a missing device is skipped with why."""
+    return [
+        pytest.param(v, device, id=f"{v.name}-{device}-{'passes' if passing else 'breaks-' + v.promise}",
+                     marks=pytest.mark.devices(device))
+        for v in VARIANTS
+        for device in (v.passes_on if passing else v.fails_on)
+    ]
+
+
+@pytest.mark.parametrize(("variant", "device"), _on_each_device(passing=False))
+def test_suite_rejects_variant(variant, device, tmp_path):
     # Only the promise the variant breaks: the whole suite per variant would take most of `nox -s tests`.
-    run = run_suite(tmp_path, "--impl", variant.spec, "--promise", variant.promise)
+    run = run_suite(tmp_path, "--impl", variant.spec, "--promise", variant.promise, "--device", device)
     assert run.returncode == 1, f"suite exit {run.returncode} for {variant.name}\n{run.stdout[-3000:]}{run.stderr[-2000:]}"
-    assert run.verdict(variant.promise) == "failed", (
-        f"{variant.name} breaks promise {variant.promise} ({PROMISES[variant.promise]}), "
-        f"but the suite says {run.verdict(variant.promise)}"
+    assert run.verdict(variant.promise, device) == "failed", (
+        f"{variant.name} breaks promise {variant.promise} ({PROMISES[variant.promise]}) on {device}, "
+        f"but the suite says {run.verdict(variant.promise, device)}"
     )
-    failure = run.failures(variant.promise)[0]
+    failure = run.failures(variant.promise, device)[0]
     assert failure["reproducer"], f"no reproducer for {failure['test']}"
     assert "Reproducer" in run.stdout, "the terminal report does not show the reproducer"
 
@@ -43,16 +70,28 @@ def test_suite_rejects_variant(variant, tmp_path):
     assert held.returncode == 0 and "ok: the promise held" in held.stdout, held.stdout + held.stderr
 
 
+@pytest.mark.parametrize(("variant", "device"), _on_each_device(passing=True))
+def test_suite_accepts_variant_where_its_bug_cannot_happen(variant, device, tmp_path):
+    run = run_suite(tmp_path, "--impl", variant.spec, "--device", device)
+    assert run.returncode == 0, f"{variant.name} must pass on {device}; suite exit {run.returncode}\n{run.stdout[-4000:]}"
+    assert run.result["counts"]["failed"] == 0 and run.cell.answer().clean, run.cell.answer().lines
+
+
 def test_suite_accepts_the_reference(tmp_path):
     run = run_suite(tmp_path)
     assert run.returncode == 0, run.stdout[-5000:]
     assert run.result["status"] == "completed" and run.result["counts"]["failed"] == 0
-    for promise in PROMISES:
-        verdict = run.verdict(promise)
-        if promise in RECORDED_ONLY:
-            assert verdict == "recorded" and run.result["promises"][promise]["devices"]["cpu"]["observed"]
-        elif not applies(promise, "cpu"):  # the CUDA promise has nothing to check on the CPU: not a skip, not a pass
-            assert verdict == "not_applicable" and "cuda" in run.result["promises"][promise]["devices"]["cpu"]["reason"]
-        else:
-            assert verdict == "passed", f"promise {promise}: {verdict}"
+    accelerators = devices.accelerators_in(run.result["environment"])
+    for device in run.cell.tested_devices():
+        for promise in PROMISES:
+            verdict, entry = run.verdict(promise, device), run.result["promises"][promise]["devices"][device]
+            why = not_applicable(promise, device, accelerators)
+            if why:  # nothing to check there (the CUDA promise on the CPU; promise 11 beside an accelerator)
+                assert verdict == "not_applicable" and entry["reason"] == why, f"promise {promise} on {device}: {entry}"
+            elif promise in RECORDED_ONLY:
+                assert verdict == "recorded" and entry["observed"]
+            else:
+                assert verdict == "passed", f"promise {promise} on {device}: {verdict}"
+    assert "cpu" in run.cell.tested_devices()
+    assert "cuda" in run.result["promises"]["10"]["devices"]["cpu"]["reason"]
     assert run.cell.answer().clean, run.cell.answer().lines

@@ -12,12 +12,17 @@ without it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
 
 def _always_here() -> str | None:
     return None
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -28,16 +33,31 @@ class Device:
     # pin_memory=True asks for page-locked host memory for copies to this device (promise 10);
     # where it does not apply, only pin_memory=False is drawn (promise 11 records the rest).
     pinning: bool = False
-    # A statement that waits until queued work (non-blocking copies) has landed; "" when none is queued.
+    # Statements that wait until queued work (non-blocking copies) has landed; "" when none is queued.
+    # They wait for the caller's current stream only, as the contract says (promise 10), never for
+    # the whole device: a copy queued on a stream the caller does not wait for must be caught.
     sync: str = ""
-    # A statement queueing a long job on the current stream, and an expression that is True once
-    # every queued job is done: a copy that returns while the job still runs did not block (promise 10).
+    # Statements queueing a long job on the current stream of `buf`'s device, and an expression that
+    # is True once every job queued there is done. Work queued behind the job must land in order
+    # (promise 10), and a copy that returns while the job still runs did not block (the fallback).
     stall: str = ""
     idle: str = ""
+    # Statements around a call that turn a synchronize hidden in it into an exception whose message
+    # holds `sync_refusal` (promise 10, deterministic); `forbids_sync` says whether this torch can.
+    forbid_sync: str = ""
+    allow_sync: str = ""
+    sync_refusal: str = ""
+    forbids_sync: Callable[[], bool] = _never
+    # The environment variable that makes every launch and copy synchronous, so that whether a copy
+    # blocks cannot be seen ("" when the device has none).
+    launch_blocking_env: str = ""
     # (label, expression): per-thread state of this device a buffer must leave as it found it (promise 12).
     caller_state: tuple[tuple[str, str], ...] = ()
     # (name, template binding `buf` from the constructor call `{make}`): creation contexts only this device has.
     contexts: tuple[tuple[str, str], ...] = ()
+    # (name, why): a context of this device that is the plain one on this machine (why returns a
+    # reason), so that a check that it leaves the caller's state alone cannot fire (promise 12).
+    inert_contexts: tuple[tuple[str, Callable[[], str | None]], ...] = ()
     # Why this machine cannot test the device; None when it can.
     missing: Callable[[], str | None] = _always_here
 
@@ -47,6 +67,10 @@ class Device:
     @property
     def available(self) -> bool:
         return self.missing() is None
+
+    def inert_context(self, name: str) -> str | None:
+        """Why the device's context `name` is the plain one on this machine; None when it is not."""
+        return next((why() for context, why in self.inert_contexts if context == name), None)
 
 
 def _cuda_missing() -> str | None:
@@ -58,15 +82,51 @@ def _cuda_missing() -> str | None:
     return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, {build})"
 
 
+def last_device_is_current(count: int) -> str | None:
+    """Why making the last of `count` CUDA devices current changes nothing (None: it does, count >= 2)."""
+    if count >= 2:
+        return None
+    return (f"with {count} CUDA device{'' if count == 1 else 's'}, torch.cuda.device(torch.cuda.device_count() - 1) "
+            "makes current the device that is current already: the context is the plain one, so the check that "
+            "it leaves the current CUDA device as it was cannot fire (it needs two CUDA devices)")
+
+
+def _cuda_last_device_is_current() -> str | None:
+    import torch
+
+    return last_device_is_current(torch.cuda.device_count())
+
+
+def _cuda_forbids_sync() -> bool:
+    import torch
+
+    return hasattr(torch.cuda, "set_sync_debug_mode") and hasattr(torch.cuda, "get_sync_debug_mode")
+
+
 CPU = Device("cpu")
 
 CUDA = Device(
     "cuda",
     needs="a CUDA device",
     pinning=True,
-    sync="torch.cuda.synchronize()",
-    stall="torch.cuda._sleep(1 << 30)",  # about half a second of GPU time
-    idle="torch.cuda.current_stream().query()",
+    # The caller's current stream on every device (a buffer may live on any of them), not
+    # torch.cuda.synchronize(), which waits for every stream and hides a copy on a private one.
+    sync="for index in range(torch.cuda.device_count()):\n    torch.cuda.current_stream(index).synchronize()",
+    # About 17 ms of GPU time at 2 GHz: thousands of times what the host takes to queue what follows.
+    stall="with torch.cuda.device(buf.gpu.device):\n    torch.cuda._sleep(1 << 25)",
+    idle="torch.cuda.current_stream(buf.gpu.device).query()",
+    # torch >= 1.10: in "error" mode a synchronizing CUDA call raises (a blocking copy included);
+    # the mode is process-wide, so the previous one is put back at once. Setting it warns once
+    # that the mode is a prototype: no part of the check, and an error under `-W error`.
+    forbid_sync=(
+        "import warnings\n\nprevious_sync_debug_mode = torch.cuda.get_sync_debug_mode()\n"
+        "with warnings.catch_warnings():\n    warnings.simplefilter(\"ignore\")\n"
+        '    torch.cuda.set_sync_debug_mode("error")'
+    ),
+    allow_sync="torch.cuda.set_sync_debug_mode(previous_sync_debug_mode)",
+    sync_refusal="called a synchronizing",  # torch: "called a synchronizing CUDA operation"
+    forbids_sync=_cuda_forbids_sync,
+    launch_blocking_env="CUDA_LAUNCH_BLOCKING",
     caller_state=(
         ("current CUDA device", "torch.cuda.current_device()"),
         ("current CUDA stream", "torch.cuda.current_stream()"),
@@ -75,8 +135,15 @@ CUDA = Device(
         # A default CUDA device, the last device made current, a side stream.
         ("default_device_cuda", 'with torch.device("cuda"):\n    buf = {make}\n'),
         ("cuda_device_last", "with torch.cuda.device(torch.cuda.device_count() - 1):\n    buf = {make}\n"),
-        ("cuda_side_stream", "with torch.cuda.stream(torch.cuda.Stream()):\n    buf = {make}\n"),
+        # The zero-fill is queued on the side stream: the caller's stream waits for it once the
+        # context is left, before the tensors are used there (CUDA's rule for crossing streams).
+        (
+            "cuda_side_stream",
+            "side_stream = torch.cuda.Stream()\nwith torch.cuda.stream(side_stream):\n    buf = {make}\n"
+            "torch.cuda.current_stream().wait_stream(side_stream)\n",
+        ),
     ),
+    inert_contexts=(("cuda_device_last", _cuda_last_device_is_current),),
     missing=_cuda_missing,
 )
 
@@ -101,9 +168,47 @@ def unavailable() -> dict[str, str]:
     return {d.name: reason for d in REGISTRY.values() if (reason := d.missing_reason()) is not None}
 
 
+def accelerators(unavailable: Mapping[str, str]) -> tuple[str, ...]:
+    """The devices pinned memory serves that this machine has, given what it lacks (`unavailable()`)."""
+    return tuple(d.name for d in REGISTRY.values() if d.pinning and d.name not in unavailable)
+
+
 def accelerator_present() -> bool:
-    """A device that pinned memory serves is usable here (promise 11 records what pinning did)."""
-    return any(d.pinning and d.available for d in REGISTRY.values())
+    """A device that pinned memory serves is usable here (promise 11 is not applicable then)."""
+    return bool(accelerators(unavailable()))
+
+
+def accelerators_in(environment: Mapping[str, Any]) -> tuple[str, ...]:
+    """The accelerators a result's `environment` (environment() below) says its machine had."""
+    return (CUDA.name,) if environment.get("cuda_available") is True else ()
+
+
+@dataclass(frozen=True)
+class NonBlockingCheck:
+    """How to see whether a copy from pinned memory blocks the host (promise 10), or why it cannot be seen."""
+
+    method: str | None  # "forbid_sync" (deterministic), "stall" (timing: the fallback); None: untestable
+    reason: str | None = None
+
+
+def _switched_on(value: str | None) -> bool:
+    return value is not None and value.strip() not in ("", "0")
+
+
+def non_blocking_check(device: Device, environ: Mapping[str, str], forbids_sync: bool) -> NonBlockingCheck:
+    """The method for `device` (``forbids_sync``: this torch can turn a hidden synchronize into an
+    exception, device.forbids_sync()). With launches made synchronous by the environment, a copy
+    waits whatever the class does: the check is untested then, never passed."""
+    var = device.launch_blocking_env
+    if var and _switched_on(environ.get(var)):
+        return NonBlockingCheck(None, f"{var}={environ[var]} makes every {device.name} launch and copy wait for the "
+                                      "work queued before it: whether the copies block cannot be seen (run without it)")
+    if device.forbid_sync and forbids_sync:
+        return NonBlockingCheck("forbid_sync")
+    if device.stall and device.idle:
+        return NonBlockingCheck("stall")
+    return NonBlockingCheck(None, f"this torch cannot refuse a synchronize on {device.name}, and the registry has no "
+                                  "way to queue a long job there: whether the copies block cannot be seen")
 
 
 def per_device(source: Callable[[Device], str], indent: str = "    ") -> str:

@@ -34,5 +34,21 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
 }
 
 
+# Promises about a machine with no accelerator: where one is present, pin_memory=True has a device
+# to serve and the question does not arise, so they are not applicable on that machine (CONTRACT.md).
+NO_ACCELERATOR_ONLY = frozenset({"11"})
+
+
 def applies(promise: str, device: str) -> bool:
     return device in APPLIES_TO.get(promise, (device,))
+
+
+def not_applicable(promise: str, device: str, accelerators: tuple[str, ...]) -> str | None:
+    """Why `promise` has nothing to check on `device` on a machine with `accelerators` (the devices
+    pinned memory serves that it has: devices.accelerators()); None when the promise applies."""
+    if not applies(promise, device):
+        return f"promise {promise} is about {' and '.join(APPLIES_TO[promise])}"
+    if accelerators and promise in NO_ACCELERATOR_ONLY:
+        return (f"promise {promise} is about a machine with no accelerator, and this one has {' and '.join(accelerators)}: "
+                "pin_memory=True has a device to serve there, so the question does not arise")
+    return None

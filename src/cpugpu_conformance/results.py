@@ -37,7 +37,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies
+from .devices import accelerators_in
+from .promises import APPLIES_TO, DEVICES, PROMISES, RECORDED_ONLY, applies, not_applicable
 
 SCHEMA_ID = "cpugpu-conformance/cell-result"
 SCHEMA_VERSION = 2
@@ -430,6 +431,9 @@ class CellResult(Mapping[str, Any]):
             kind = "recorded" if promise in RECORDED_ONLY else "passed"
             return Outcome(kind, entry.get("observed") if kind == "recorded" else None)
         if verdict == "not_applicable":
+            why = not_applicable(promise, device, accelerators_in(self.environment))  # promise 11 beside an accelerator
+            if why is not None:
+                return Outcome("not_applicable", why)
             return Outcome("untested", f"the result calls promise {promise} not applicable on {device}; the contract does not")
         return Outcome("untested", entry.get("reason") or "skipped")
 
@@ -667,7 +671,7 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
     for promise in numbers:
         for device in cmp.devices:
             before, after = baseline.outcome(promise, device), candidate.outcome(promise, device)
-            if not applies(promise, device) and promise in PROMISES:
+            if (not applies(promise, device) and promise in PROMISES) or before.kind == after.kind == "not_applicable":
                 continue
             change = Change(promise, baseline.title(promise), device, before, after)
             if _answer_of(promise, before) != _answer_of(promise, after):

@@ -1,8 +1,9 @@
 """Deliberately broken CpuGpuBuffer implementations, each breaking one promise of CONTRACT.md.
 
 They exist to prove the suite has teeth: ``tests/test_variants.py`` runs the whole suite
-against every one and asserts that it fails on the promise the variant breaks. The
-pre-fix class from the original vLLM bug comes first.
+against every one and asserts that it fails on the promise the variant breaks, on every
+device where it breaks it (``Variant.fails_on``), and passes where its bug cannot happen
+(``Variant.passes_on``). The pre-fix class from the original vLLM bug comes first.
 
 Put one under test by hand with, e.g.::
 
@@ -11,10 +12,12 @@ Put one under test by hand with, e.g.::
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
+from cpugpu_conformance.devices import NAMES as DEVICES
 from cpugpu_conformance.reference import CpuGpuBuffer
 
 
@@ -220,11 +223,38 @@ class PooledBuffer(CpuGpuBuffer):
             self.np = self.cpu.numpy()
 
 
+class PrivateStreamBuffer(CpuGpuBuffer):
+    """On CUDA, copies on a stream of its own that the caller's current stream never waits for
+    (no wait_stream): the data lands once the whole device is synchronized, but not in order with
+    the caller's work, nor once the caller's stream is synchronized. Off CUDA it is the reference."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self._stream = torch.cuda.Stream(self.gpu.device) if self.gpu.device.type == "cuda" else None
+
+    def _own_stream(self):
+        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+
+    def copy_to_gpu(self, n=None):
+        with self._own_stream():
+            return super().copy_to_gpu(n)
+
+    def copy_to_cpu(self, n=None):
+        with self._own_stream():
+            return super().copy_to_cpu(n)
+
+
 @dataclass(frozen=True)
 class Variant:
+    """A broken class, and where it breaks: on every device of ``fails_on`` the suite must fail it
+    on ``promise``; on every device of ``passes_on`` (where its bug cannot happen) it must pass.
+    Between them they name every device of the registry (tests/test_variants.py checks it)."""
+
     name: str
     cls: type
     promise: str  # the CONTRACT.md promise it breaks
+    fails_on: tuple[str, ...] = DEVICES
+    passes_on: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -235,8 +265,14 @@ class Variant:
         return (self.cls.__doc__ or "").strip()
 
 
+# Where a variant breaks on some devices only: (fails_on, passes_on). Every other one fails everywhere.
+_ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
+    PrivateStreamBuffer: (("cuda",), ("cpu",)),  # a CUDA stream of its own; the CPU has no streams
+}
+
 VARIANTS: tuple[Variant, ...] = tuple(
-    Variant(cls.__name__, cls, promise)
+    Variant(cls.__name__, cls, promise, *_ONLY_ON.get(cls, (DEVICES, ())))
     for cls, promise in (
         (PreFixCpuGpuBuffer, "3"),
         (HalfFixedCpuGpuBuffer, "3"),
@@ -254,5 +290,6 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (ChunkedCopyBuffer, "8"),
         (GradLeakingBuffer, "12"),
         (PooledBuffer, "13"),
+        (PrivateStreamBuffer, "10"),
     )
 )

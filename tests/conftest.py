@@ -1,0 +1,21 @@
+"""The project's own tests: one that needs a device this machine lacks is skipped with the reason.
+
+``@pytest.mark.devices("cuda")`` names the devices a test needs, as the suite's tests do
+(devices.py names); here a missing one is a skip that says why, so a CPU machine runs the
+rest and a GPU machine runs everything.
+"""
+
+from __future__ import annotations
+
+import pytest
+from device_marker import missing_device
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "devices(*names): the devices a test needs; skipped, with the reason, where one is missing")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    why = missing_device([str(name) for mark in item.iter_markers("devices") for name in mark.args])
+    if why:
+        pytest.skip(why)
