@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import bisect, results
+from cpugpu_conformance import bisect, promises, results
 from cpugpu_conformance.__main__ import main
 from cpugpu_conformance.results import CellResult
 
@@ -202,3 +202,32 @@ def test_a_single_kind_of_machine_reads_as_before(tmp_path):
     files = report(tmp_path, {name: r for name, r in interleaved().items() if name.startswith("cpu-")})
     assert "kinds of machine" not in files["COMPAT.md"] and "#### Machine" not in files["COMPAT.md"]
     assert "Each release against the previous one that recorded observations. A table-valued" in files["COMPAT.md"]
+
+
+# --- promise 11 is not applicable beside an accelerator: a machine change, never a torch change ---------
+
+
+def beside_an_accelerator(torch: str, **kwargs) -> dict[str, Any]:
+    """A GPU machine's cell as the suite writes it: promise 11 n/a on the CPU, with why."""
+    result = observed(torch, gpu="NVIDIA H200", **kwargs)
+    result["promises"]["11"]["devices"]["cpu"] = {"verdict": "not_applicable", "passed": 0, "failed": 0, "skipped": 0,
+                                                  "reason": "not applicable: this machine has an accelerator (cuda)"}
+    return rf.validate(result)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_promise_11_not_applicable_on_a_gpu_machine_is_no_gap_against_a_cpu_machine(tmp_path, capsys, strict):
+    assert gate(tmp_path, observed("2.13.0", gpu=None), beside_an_accelerator("2.13.0"),
+                *(["--strict"] if strict else [])) == 0
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if "promise 11" in line]
+    assert "not compared" in line and promises.not_applicable("11", "cpu", ("cuda",)) in line
+    assert line.endswith("(baseline: no accelerator; candidate: CUDA (NVIDIA H200))")
+    assert "CHANGED" not in out and "nothing to compare" not in out.lower()
+
+
+def test_promise_11_on_a_gpu_machine_is_no_verdict_change_in_the_report(tmp_path):
+    pages = report(tmp_path, {"cpu-2.13.0.json": observed("2.13.0", gpu=None, cell="cpu-2.13.0"),
+                              "gpu-2.13.0.json": beside_an_accelerator("2.13.0", cell="gpu-2.13.0")})
+    changes = json.loads(pages["compat.json"])["changes"]["verdicts"]
+    assert not [c for c in changes if "11" in c.get("promises", [])], changes

@@ -352,8 +352,11 @@ def _changed_marks(before: Column, after: Column, numbers: list[str]) -> list[tu
     """(before, after, promises): the promises whose mark went from one to the other,
     grouped where the marks and their notes read alike."""
     groups: dict[tuple, tuple[Outcome, Outcome, list[str]]] = {}
+    other_machine = before.cell.result.machine != after.cell.result.machine
     for number in numbers:
         old, new = before.cell.mark(number, before.device), after.cell.mark(number, after.device)
+        if other_machine and "not_applicable" in (old.kind, new.kind):
+            continue  # promise 11 beside an accelerator: the machine changed, not the torch
         if _verdict(number, old) != _verdict(number, new):
             key = (old.kind, old.note, new.kind, new.note)
             groups.setdefault(key, (old, new, []))[2].append(number)
