@@ -29,12 +29,11 @@ for name in ("cpu", "gpu"):
 # has the host tensor's addresses. Comparing only the start addresses missed a storage over
 # part of the other's memory. Then the writes, the promise itself, on every device.
 TWO_STORAGES = """
-def memory(t):
-    storage = t.untyped_storage()
-    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-
-
-(cpu_start, cpu_end), (gpu_start, gpu_end) = memory(buf.cpu), memory(buf.gpu)
+spans = {}
+for name in ("cpu", "gpu"):
+    storage = getattr(buf, name).untyped_storage()
+    spans[name] = (storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+(cpu_start, cpu_end), (gpu_start, gpu_end) = spans["cpu"], spans["gpu"]
 assert cpu_end <= gpu_start or gpu_end <= cpu_start, (
     f"buf.cpu and buf.gpu share memory: bytes {max(cpu_start, gpu_start):#x} to {min(cpu_end, gpu_end):#x}"
 )
