@@ -53,7 +53,7 @@ def test_a_proof_that_does_not_hold():
 def _gpu_image(tmp_path):
     """An environment where jsonschema, pyyaml and nox cannot be imported, like the GPU machine's."""
     blocked = tmp_path / "blocked"
-    blocked.mkdir()
+    blocked.mkdir(exist_ok=True)
     for name in MISSING_ON_THE_GPU_IMAGE:
         (blocked / f"{name}.py").write_text(f"raise ImportError('{name} is not on the GPU image')\n")
     env = suite_env()
@@ -102,6 +102,15 @@ def test_a_failing_suite_fails_loudly_with_its_own_code(tmp_path):
     assert "promise 3" in (out / "summary.txt").read_text()
 
 
+def test_an_earlier_pass_in_the_folder_does_not_stand(tmp_path):
+    proc, out = run_check(tmp_path, "--", "--promise", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Again into the same folder, with an option pytest refuses before the suite starts: it writes nothing.
+    proc, _ = run_check(tmp_path, "--", "--promise", "1", "--no-such-option")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert not list(out.glob("installed-torch-*.json")) and "no result file" in proc.stderr, proc.stderr
+
+
 def test_a_failing_proof_fails_the_check(tmp_path):
     proc, out = run_check(tmp_path, "--", "--promise", "1", proofs=FAILING_PROOF)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -139,13 +148,42 @@ def test_no_proof_for_the_device_is_not_a_pass(tmp_path):
     assert "proofs for cpu: exit 5" in proc.stderr
 
 
-def test_a_suite_past_its_time_is_killed_and_is_not_a_pass(tmp_path):
+def test_a_suite_past_its_time_is_stopped_and_is_not_a_pass(tmp_path):
     impl = tmp_path / "sleeping_impl.py"
     impl.write_text(SLEEPING_IMPL.format(marker=str(tmp_path / "testing.marker")))
     proc, out = run_check(tmp_path, "--suite-timeout", "5", "--", "--promise", "3", "--impl", f"{impl}:Sleeper")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "suite: timed out, killed after" in proc.stderr
+    assert "suite: timed out, stopped after" in proc.stderr and "not a pass" in proc.stderr
     assert "timed out" in (out / "suite.log").read_text()
+
+
+# A child that says it is ready (an event to wait on, not a sleep), then waits to be stopped.
+WAITS_FOR_A_STOP = """
+import signal, sys, time
+{handling}
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _ready_child(handling: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", WAITS_FOR_A_STOP.format(handling=handling)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_stop_sends_ctrl_c_first_so_the_suite_can_write_its_result():
+    proc = _ready_child("signal.signal(signal.SIGINT, lambda *_: sys.exit(130))")
+    gpu_check.stop(proc)
+    assert proc.returncode == 130  # it ended on Ctrl-C, it was not killed
+
+
+def test_stop_kills_what_ignores_ctrl_c(monkeypatch):
+    monkeypatch.setattr(gpu_check, "STOP_GRACE_S", 0.1)
+    proc = _ready_child("signal.signal(signal.SIGINT, signal.SIG_IGN)")
+    gpu_check.stop(proc)
+    assert proc.returncode == -9
 
 
 def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):

@@ -39,6 +39,7 @@ makes the run not a pass.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,6 +54,7 @@ SRC = REPO / "src"
 PROOF_MODULES = ("tests/test_variants.py", "tests/test_alternatives.py")
 PROOFS_FOR_ENV = "GPU_CHECK_PROOFS_FOR"
 
+STOP_GRACE_S = 15  # for a stopped suite to write its result file
 EXIT_INTERRUPTED = 2
 EXIT_INTERNAL = 3
 EXIT_USAGE = 4
@@ -79,7 +81,7 @@ class Step:
     means: str = ""
 
     def line(self) -> str:
-        how = f"timed out, killed after {self.seconds:.0f} s" if self.timed_out else f"exit {self.code} in {self.seconds:.1f} s"
+        how = f"timed out, stopped after {self.seconds:.0f} s" if self.timed_out else f"exit {self.code} in {self.seconds:.1f} s"
         return f"{self.name}: {how}" + (f", {self.means}" if self.means else "") + f" ({self.log.name})"
 
 
@@ -183,9 +185,22 @@ def proofs_command(modules: list[str], jobs: int, extra: list[str]) -> list[str]
             *parallel(jobs), *extra]
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C to the whole group (xdist workers included), so the suite writes what it found in
+    its result file as an interrupted run; killed if it has not ended after the grace."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run_step(name: str, command: list[str], log: Path, env: dict[str, str], timeout: float, means: dict[int, str]) -> Step:
-    """Run `command` in its own process group, its output (both streams) into `log` and ours;
-    past `timeout` the whole group is killed (xdist workers included)."""
+    """Run `command` in its own process group, its output (both streams) into `log`; past
+    `timeout` the group is stopped."""
     start = time.monotonic()
     with log.open("wb") as out:
         out.write(f"$ {' '.join(command)}\n".encode())
@@ -195,12 +210,10 @@ def run_step(name: str, command: list[str], log: Path, env: dict[str, str], time
             code = proc.wait(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop(proc)
             code, timed_out = EXIT_INTERRUPTED, True
         except KeyboardInterrupt:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop(proc)
             raise
     step = Step(name, command, log, code, time.monotonic() - start, timed_out, means.get(code, "unexpected exit code"))
     with log.open("a") as out:
@@ -245,8 +258,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 16),
                         help="pytest-xdist workers (default: the cores, at most 16; serial without pytest-xdist)")
     parser.add_argument("--profile", default="ci", help="the suite's hypothesis profile (default: ci)")
-    parser.add_argument("--suite-timeout", type=float, default=240, help="seconds before the suite is killed (default: 240)")
-    parser.add_argument("--proofs-timeout", type=float, default=300, help="seconds before the proofs are killed (default: 300)")
+    parser.add_argument("--suite-timeout", type=float, default=180, help="seconds before the suite is stopped (default: 180)")
+    parser.add_argument("--proofs-timeout", type=float, default=240, help="seconds before the proofs are stopped (default: 240)")
     parser.epilog = "After --, more of the suite's options: -- --impl SPEC --promise N ..."
     ours, suite_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
@@ -276,6 +289,8 @@ def check(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(SRC))  # results.py, to read the result file, with no install
     cell = f"installed-torch-{torch_release()}-{args.device}"
     result = args.out / f"{cell}.json"
+    with contextlib.suppress(FileNotFoundError):
+        result.unlink()  # an earlier check's pass must not stand for a suite that writes nothing this time
     # The suite's workers each open a CUDA context: half the cores is plenty for its ~130 tests.
     command = suite_command(result, cell, args.device, max(1, args.jobs // 2), args.profile, args.suite_args)
     suite = run_step("suite", command, args.out / "suite.log", child_env(), args.suite_timeout, SUITE_MEANS)
