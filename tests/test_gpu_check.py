@@ -12,6 +12,8 @@ import sys
 import pytest
 from suite_runner import REPO, SLEEPING_IMPL, suite_env
 
+from cpugpu_conformance import devices
+
 SCRIPT = REPO / "tools" / "gpu_check.py"
 _spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
 gpu_check = importlib.util.module_from_spec(_spec)
@@ -109,6 +111,17 @@ def test_an_earlier_pass_in_the_folder_does_not_stand(tmp_path):
     proc, _ = run_check(tmp_path, "--", "--promise", "1", "--no-such-option")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert not list(out.glob("installed-torch-*.json")) and "no result file" in proc.stderr, proc.stderr
+
+
+def test_a_zero_from_the_suite_that_its_result_file_does_not_back_is_not_a_pass(tmp_path):
+    # A device this machine lacks, asked for by name, is untested in the result file, whatever the
+    # suite's exit code (0 before the suite learnt exit 6): the check's exit is never 0 then.
+    missing = [name for name, why in devices.unavailable().items() if why]
+    if not missing:
+        pytest.skip("every device of the registry is here: none can be asked for and be missing")
+    proc, out = run_check(tmp_path, "--device", "all", "--", "--promise", "1")
+    assert proc.returncode in (3, 6), proc.stdout + proc.stderr
+    assert f"on {missing[0]}: untested" in (out / "summary.txt").read_text()
 
 
 def test_a_failing_proof_fails_the_check(tmp_path):

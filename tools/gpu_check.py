@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -203,7 +204,7 @@ def run_step(name: str, command: list[str], log: Path, env: dict[str, str], time
     `timeout` the group is stopped."""
     start = time.monotonic()
     with log.open("wb") as out:
-        out.write(f"$ {' '.join(command)}\n".encode())
+        out.write(f"$ {shlex.join(command)}\n".encode())
         out.flush()
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -299,9 +300,10 @@ def check(args: argparse.Namespace) -> int:
     proofs = run_step(f"proofs for {args.proofs_for}", proofs_command(args.proofs, args.jobs, extra),
                       args.out / "proofs.log", child_env(args.proofs_for), args.proofs_timeout, PROOFS_MEANS)
     code = exit_code(suite.code, says_passed, proofs.code)
-    summary = [suite.line(), *answer, proofs.line(),
-               f"gpu_check: exit {code}" + ("" if code == 0 else " (not a pass: see the lines above and the logs)")]
-    (args.out / "summary.txt").write_text("".join(f"{line}\n" for line in [*map(" ".join, (suite.command, proofs.command)), *summary]))
+    why = ("the suite exited 0 but its result file does not say passed" if suite.code == 0 and not says_passed
+           else "not a pass: see the lines above and the logs")
+    summary = [suite.line(), *answer, proofs.line(), f"gpu_check: exit {code}" + ("" if code == 0 else f" ({why})")]
+    (args.out / "summary.txt").write_text("".join(f"{line}\n" for line in [*map(shlex.join, (suite.command, proofs.command)), *summary]))
     print("\n".join(summary), file=sys.stdout if code == 0 else sys.stderr)
     return code
 
