@@ -23,9 +23,19 @@ for name in ("cpu", "gpu"):
     assert nonzero == 0, f"buf.{name} has {nonzero} non-zero elements at construction"
 """
 
+# Promise 4. The address ranges first: on the CPU two storages over one memory, and across
+# devices too, since CUDA gives host and device memory one virtual address space (unified
+# addressing, every 64-bit CUDA platform): a device tensor over mapped pinned host memory
+# has the host tensor's addresses. Comparing only the start addresses missed a storage over
+# part of the other's memory. Then the writes, the promise itself, on every device.
 TWO_STORAGES = """
-assert buf.cpu.untyped_storage().data_ptr() != buf.gpu.untyped_storage().data_ptr(), (
-    "buf.cpu and buf.gpu share one storage"
+spans = {}
+for name in ("cpu", "gpu"):
+    storage = getattr(buf, name).untyped_storage()
+    spans[name] = (storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+(cpu_start, cpu_end), (gpu_start, gpu_end) = spans["cpu"], spans["gpu"]
+assert cpu_end <= gpu_start or gpu_end <= cpu_start, (
+    f"buf.cpu and buf.gpu share memory: bytes {max(cpu_start, gpu_start):#x} to {min(cpu_end, gpu_end):#x}"
 )
 fill_bytes(buf.cpu, seed=1)
 sync()
@@ -91,7 +101,10 @@ COPIES = {
     "copy_to_cpu": _COPY.format(method="copy_to_cpu", src="gpu", dst="cpu"),
 }
 
-# Promise 9: what a caller captured at construction, before any copy...
+# Promise 9: what a caller captured at construction, before any copy... The tensors are kept,
+# not only their addresses: while they live their memory cannot be handed out again, so a
+# buffer that frees a tensor and allocates a new one (which CUDA's caching allocator would
+# place at the freed address) shows as a new address.
 CAPTURE = """
 captured = {name: getattr(buf, name) for name in ("cpu", "gpu", "np") if name != "np" or with_numpy}
 storages = {name: t.untyped_storage().data_ptr() for name, t in captured.items() if name != "np"}

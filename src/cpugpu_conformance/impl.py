@@ -52,6 +52,29 @@ TORCH_NAMES = (
     "torch.Tensor.__setitem__",
     "torch.cuda.is_available",
     "torch.cuda.synchronize",
+    # What the checks call on CUDA: the wait after a copy (the current stream's), the stall that
+    # shows a copy did not block, the caller's device and stream (promise 12), the creation
+    # contexts, and the sync debug mode that turns a hidden synchronize into an error (promise 10).
+    "torch.cuda.current_stream",
+    "torch.cuda.default_stream",
+    "torch.cuda.current_device",
+    "torch.cuda.device_count",
+    "torch.cuda.get_device_name",
+    "torch.cuda.device",
+    "torch.cuda.stream",
+    "torch.cuda.Stream",
+    "torch.cuda.Stream.synchronize",
+    "torch.cuda.Stream.query",
+    "torch.cuda.Stream.wait_stream",
+    "torch.cuda.Stream.wait_event",
+    "torch.cuda.Stream.record_event",
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.synchronize",
+    "torch.cuda.Event.query",
+    "torch.cuda.set_sync_debug_mode",
+    "torch.cuda.get_sync_debug_mode",
+    "torch.cuda._sleep",
 )
 
 _ABSENT = object()  # a name this torch release does not have (get_default_device before 2.3)

@@ -293,3 +293,50 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (PrivateStreamBuffer, "10"),
     )
 )
+
+
+# Freed host blocks by size, handed out again first: what CUDA's caching allocator does with
+# device memory, for the CPU device (glibc's malloc reuses a freed block only sometimes).
+_FREED_BLOCKS: dict[int, list] = {}
+
+
+def _zeros_reusing_freed(shape, dtype, device):
+    """torch.zeros(shape, dtype=dtype, device=device), but the memory of a freed tensor of the
+    same size comes back at the same address, on every device."""
+    nbytes = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+    if device.type != "cpu" or nbytes == 0:  # CUDA's caching allocator reuses already; nothing has no address
+        return torch.zeros(shape, dtype=dtype, device=device)
+    import weakref
+
+    import numpy as np
+
+    free = _FREED_BLOCKS.setdefault(nbytes, [])
+    block = free.pop() if free else np.empty(nbytes, dtype=np.uint8)
+    handle = block[:]  # the tensor's storage keeps this view alive, and only it
+    weakref.finalize(handle, free.append, block)  # the storage released: the block is free again
+    t = torch.from_numpy(handle).view(dtype).view(shape)
+    return t.zero_()
+
+
+class ReallocatingBuffer(CpuGpuBuffer):
+    """Frees its device tensor and allocates a new one at every copy_to_gpu, contents carried
+    over. The allocator hands the freed block straight back, so the new tensor has the old
+    address: only a check that keeps the captured tensor alive (as a caller that captured it
+    does) sees the rebinding."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        with torch.inference_mode(False):
+            self.gpu = _zeros_reusing_freed(self.cpu.shape, dtype, torch.device(device))
+
+    def copy_to_gpu(self, n=None):
+        kept = self.gpu.clone()
+        shape, dtype, device = kept.shape, kept.dtype, kept.device
+        self.gpu = None  # the old tensor goes back to the allocator, unless someone holds it
+        with torch.inference_mode(False):
+            self.gpu = _zeros_reusing_freed(shape, dtype, device)
+        self.gpu.copy_(kept)
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+
+VARIANTS += (Variant(ReallocatingBuffer.__name__, ReallocatingBuffer, "9"),)

@@ -1,0 +1,81 @@
+"""An --impl import that replaces a torch function the checks call is named, CUDA ones included
+(issue 15, item 9): on a CPU-only machine torch.cuda's functions exist all the same."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from suite_runner import run_suite
+
+from cpugpu_conformance import impl
+
+# What the checks call on CUDA (devices.py, the promise 10 and 12 checks, the contexts).
+CUDA_NAMES = (
+    "torch.cuda.synchronize",
+    "torch.cuda.current_stream",
+    "torch.cuda.current_device",
+    "torch.cuda.Stream",
+    "torch.cuda.Stream.synchronize",
+    "torch.cuda.Stream.query",
+    "torch.cuda.Stream.wait_stream",
+    "torch.cuda.Event",
+    "torch.cuda.set_sync_debug_mode",
+    "torch.cuda._sleep",
+)
+
+REPLACING_IMPL = """
+import torch
+
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+
+def stand_in(*args, **kwargs):
+    return None
+
+
+setattr({owner}, {attr!r}, stand_in)
+"""
+
+
+def _owner(name: str):
+    *path, attr = name.split(".")
+    obj = torch
+    for part in path[1:]:
+        obj = getattr(obj, part)
+    return obj, attr
+
+
+@pytest.mark.parametrize("name", CUDA_NAMES)
+def test_an_import_that_replaces_a_cuda_function_the_checks_call_is_named(name, tmp_path, monkeypatch):
+    assert name in impl.TORCH_NAMES
+    owner, attr = _owner(name)
+    monkeypatch.setattr(owner, attr, inspect.getattr_static(owner, attr))  # undone after the test
+    module = tmp_path / "replacing_impl.py"
+    module.write_text(REPLACING_IMPL.format(owner=name.rsplit(".", 1)[0], attr=attr))
+    replaced = impl.load(f"{module}:CpuGpuBuffer").replaced_torch
+    # A class replaced takes its methods with it (torch.cuda.Stream.synchronize, ...): named too.
+    assert replaced[0] == name and all(n.startswith(name + ".") for n in replaced[1:]), replaced
+
+
+def test_an_import_that_replaces_nothing_is_not_warned_about(tmp_path):
+    assert impl.load("cpugpu_conformance.reference:CpuGpuBuffer").replaced_torch == ()
+
+
+def test_a_cuda_name_this_torch_lacks_is_tolerated(monkeypatch):
+    # Older releases lack some (set_sync_debug_mode before 1.10): absent before and after is no change.
+    monkeypatch.delattr(torch.cuda, "set_sync_debug_mode")
+    found = impl.torch_identities()
+    assert "torch.cuda.set_sync_debug_mode" in found
+    assert impl.replaced_names(found, impl.torch_identities()) == ()
+
+
+def test_the_suite_warns_about_a_replaced_cuda_synchronize(tmp_path):
+    module = tmp_path / "replacing_impl.py"
+    module.write_text(REPLACING_IMPL.format(owner="torch.cuda", attr="synchronize"))
+    run = run_suite(tmp_path, "--impl", f"{module}:CpuGpuBuffer", "--promise", "11", "--device", "cpu")
+    assert run.returncode == 0, run.stdout[-3000:]
+    warnings = run.cell.warnings
+    assert len(warnings) == 1 and "replaced torch.cuda.synchronize" in warnings[0], warnings
+    assert "warning: importing --impl" in run.stdout

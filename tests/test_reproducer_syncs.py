@@ -1,0 +1,145 @@
+"""The state machine's reproducers are as race-free as its runs, and its storage checks see a
+buffer that frees its tensor and takes a new one at the same address (issue 15, items 2 and 8)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import torch
+from suite_runner import REPO, run_script, run_suite
+
+sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
+from conformance import checks  # noqa: E402
+from conformance.repro import Record, Scenario  # noqa: E402
+from conformance.snippets import BYTE_HELPERS, CONSTRUCT  # noqa: E402
+from cpugpu_conformance import devices  # noqa: E402
+
+# Correct, except that its second copy_to_gpu copies nothing: a failure the state machine
+# finds only after two copies, so its reproducer shows what happens between copies.
+SECOND_COPY_LOST = '''
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+
+class SecondCopyLostBuffer(CpuGpuBuffer):
+    copies = 0
+
+    def copy_to_gpu(self, n=None):
+        self.copies += 1
+        if self.copies == 2:
+            return self.gpu[:n]
+        return super().copy_to_gpu(n)
+'''
+
+COPY_LINE = re.compile(r"^buf\.copy_to_(gpu|cpu)\(.*\)$")
+
+
+def _statements(script: str) -> list[str]:
+    """The script's lines that are code, without blank lines and comments."""
+    return [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _state_machine_failure(tmp_path, impl: str, promise: str) -> str:
+    run = run_suite(tmp_path, "--impl", impl, "--promise", promise, "--device", "cpu", "-k", "test_buffer_state_machine and integral")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.verdict(promise) == "failed"
+    failure = run.failures(promise)[0]
+    assert "test_buffer_state_machine" in failure["test"], failure["test"]
+    return failure["reproducer"]
+
+
+def _holds_against_the_reference(tmp_path, script: str, impl_line: str) -> None:
+    fixed = script.replace(impl_line, "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer")
+    assert fixed != script
+    held = run_script(tmp_path, fixed, "reference.py")
+    assert held.returncode == 0 and "ok: the promise held" in held.stdout, held.stdout + held.stderr
+
+
+def test_state_machine_reproducer_waits_after_every_copy(tmp_path):
+    impl = tmp_path / "second_copy_lost.py"
+    impl.write_text(SECOND_COPY_LOST)
+    script = _state_machine_failure(tmp_path, f"{impl}:SecondCopyLostBuffer", "8")
+    lines = _statements(script)
+    copies = [i for i, line in enumerate(lines) if COPY_LINE.match(line)]
+    assert len(copies) >= 2, script  # the second copy is the bug: both are in the script
+    for i in copies:
+        assert lines[i + 1] == "sync()", f"no sync() right after {lines[i]!r}:\n{script}"
+    # The wait is the registry's, for every device that has one, not a string of the suite's.
+    waits = devices.per_device(lambda d: d.sync)
+    assert waits in script and any(d.sync for d in devices.REGISTRY.values()), f"{waits!r} not in:\n{script}"
+    alone = run_script(tmp_path, script)
+    assert alone.returncode != 0 and "ok: the promise held" not in alone.stdout, alone.stdout + alone.stderr
+    assert "buf.gpu holds" in alone.stderr
+    _holds_against_the_reference(tmp_path, script, "Buffer = _module.SecondCopyLostBuffer")
+
+
+def test_state_machine_catches_a_buffer_that_frees_and_reallocates_its_tensor(tmp_path):
+    # The allocator hands the freed block back (CUDA's does; the variant does so on the CPU
+    # too): only a machine that holds the captured tensors sees a new address. Its reproducer
+    # must fail on its own: with addresses kept as integers it printed "ok".
+    script = _state_machine_failure(tmp_path, "cpugpu_conformance.variants:ReallocatingBuffer", "9")
+    alone = run_script(tmp_path, script)
+    assert alone.returncode != 0 and "ok: the promise held" not in alone.stdout, script + alone.stdout
+    assert "buf.gpu was rebound to a new storage" in alone.stderr, alone.stderr
+    _holds_against_the_reference(tmp_path, script, "from cpugpu_conformance.variants import ReallocatingBuffer as Buffer")
+
+
+def test_the_reallocating_variant_reuses_the_freed_address_on_the_cpu():
+    # What makes the variant a test of the check: without a holder, the new tensor has the old address.
+    from cpugpu_conformance.variants import ReallocatingBuffer
+
+    buf = ReallocatingBuffer(4, 3, dtype=torch.float32, device=torch.device("cpu"), pin_memory=False, with_numpy=False)
+    before = buf.gpu.untyped_storage().data_ptr()
+    buf.cpu.fill_(7)
+    buf.copy_to_gpu()
+    assert buf.gpu.untyped_storage().data_ptr() == before
+    assert (buf.gpu == 7).all() and not buf.gpu.is_inference()
+    held = buf.gpu
+    buf.copy_to_gpu(1)
+    assert buf.gpu.untyped_storage().data_ptr() != held.untyped_storage().data_ptr()
+
+
+class StorageOverlapBuffer:
+    """cpu and gpu are distinct storage objects over one host allocation: gpu's storage is the
+    second half of the memory cpu's storage spans. No element is shared, so writes cannot show
+    it; the address ranges do (the start addresses differ)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        numel = torch.Size(size).numel()
+        whole = torch.zeros(2 * numel, dtype=dtype)
+        self.cpu = torch.empty(0, dtype=dtype).set_(whole.untyped_storage(), 0, size)
+        second_half = torch.zeros(0, dtype=torch.uint8).set_(whole.untyped_storage()).view(dtype)[numel:]
+        self.gpu = torch.from_dlpack(second_half).view(size)
+        self.with_numpy = with_numpy
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n])
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n])
+
+
+def _two_storages(Buffer) -> None:
+    record = Record()
+    sc = Scenario(Buffer, record, "4", "two storages", "cpu", size=(3, 2), dtype=torch.float32,
+                  pin_memory=False, with_numpy=False)
+    sc.run(BYTE_HELPERS)
+    sc.run(f"buf = {CONSTRUCT}")
+    try:
+        sc.run(checks.TWO_STORAGES)
+    finally:  # the whole check is in the reproducer (a snippet opening with a def was dropped as a helper)
+        assert checks.TWO_STORAGES.strip() in record.reproducer()
+
+
+def test_two_storages_sees_one_storage_over_part_of_the_other():
+    probe = StorageOverlapBuffer(3, 2, dtype=torch.float32, device=torch.device("cpu"), pin_memory=False)
+    assert probe.cpu.untyped_storage().data_ptr() != probe.gpu.untyped_storage().data_ptr()
+    with pytest.raises(AssertionError, match="buf.cpu and buf.gpu share memory"):
+        _two_storages(StorageOverlapBuffer)
+
+
+def test_two_storages_holds_for_the_reference():
+    from cpugpu_conformance.reference import CpuGpuBuffer
+
+    _two_storages(CpuGpuBuffer)
