@@ -265,36 +265,6 @@ class Variant:
         return (self.cls.__doc__ or "").strip()
 
 
-# Where a variant breaks on some devices only: (fails_on, passes_on). Every other one fails everywhere.
-_ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
-    PrivateStreamBuffer: (("cuda",), ("cpu",)),  # a CUDA stream of its own; the CPU has no streams
-}
-
-VARIANTS: tuple[Variant, ...] = tuple(
-    Variant(cls.__name__, cls, promise, *_ONLY_ON.get(cls, (DEVICES, ())))
-    for cls, promise in (
-        (PreFixCpuGpuBuffer, "3"),
-        (HalfFixedCpuGpuBuffer, "3"),
-        (FlatGpuBuffer, "1"),
-        (OnesLikeGpuBuffer, "2"),
-        (SharedStorageBuffer, "4"),
-        (CopiedNumpyBuffer, "5"),
-        (Bfloat16AsInt16Buffer, "6"),
-        (NumpyAttrAlwaysBuffer, "6"),
-        (BytesViewBuffer, "7"),
-        (ZeroMeansAllBuffer, "8"),
-        (RebindingBuffer, "9"),
-        (DefaultDeviceBuffer, "1"),
-        (Float32IsDefaultBuffer, "1"),
-        (ChunkedCopyBuffer, "8"),
-        (GradLeakingBuffer, "12"),
-        (PooledBuffer, "13"),
-        (PrivateStreamBuffer, "10"),
-    )
-)
-
-
 # Freed host blocks by size, handed out again first: what CUDA's caching allocator does with
 # device memory, for the CPU device (glibc's malloc reuses a freed block only sometimes).
 _FREED_BLOCKS: dict[int, list] = {}
@@ -339,4 +309,33 @@ class ReallocatingBuffer(CpuGpuBuffer):
         return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
 
 
-VARIANTS += (Variant(ReallocatingBuffer.__name__, ReallocatingBuffer, "9"),)
+
+# Where a variant breaks on some devices only: (fails_on, passes_on). Every other one fails everywhere.
+_ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
+    PrivateStreamBuffer: (("cuda",), ("cpu",)),  # a CUDA stream of its own; the CPU has no streams
+}
+
+VARIANTS: tuple[Variant, ...] = tuple(
+    Variant(cls.__name__, cls, promise, *_ONLY_ON.get(cls, (DEVICES, ())))
+    for cls, promise in (
+        (PreFixCpuGpuBuffer, "3"),
+        (HalfFixedCpuGpuBuffer, "3"),
+        (FlatGpuBuffer, "1"),
+        (OnesLikeGpuBuffer, "2"),
+        (SharedStorageBuffer, "4"),
+        (CopiedNumpyBuffer, "5"),
+        (Bfloat16AsInt16Buffer, "6"),
+        (NumpyAttrAlwaysBuffer, "6"),
+        (BytesViewBuffer, "7"),
+        (ZeroMeansAllBuffer, "8"),
+        (RebindingBuffer, "9"),
+        (ReallocatingBuffer, "9"),
+        (DefaultDeviceBuffer, "1"),
+        (Float32IsDefaultBuffer, "1"),
+        (ChunkedCopyBuffer, "8"),
+        (GradLeakingBuffer, "12"),
+        (PooledBuffer, "13"),
+        (PrivateStreamBuffer, "10"),
+    )
+)
