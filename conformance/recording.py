@@ -368,13 +368,15 @@ class CellRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        status, detail, stop_warnings = self._status(session)
-        if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
-        if self.plan is None:  # xdist's controller, and no worker ever reported: nothing is known tested
+        if self.plan is None:
+            # xdist's controller, and no worker finished its start-up (they all went down, and
+            # the suite says so): nothing was tested, and no test crashed.
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
             return
+        status, detail, stop_warnings = self._status(session)
+        if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
         verdicts = {
             "devices": {d: self.plan.entry(d) for d in DEVICES},
             "promises": {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()},
@@ -395,8 +397,7 @@ class CellRecorder:
             pytest_exitstatus=int(session.exitstatus),
             warnings=list(self.config.stash[WARNINGS]) + stop_warnings,
             observations=self.observations,
-            **self._run_fields(),
-            **verdicts,
+            **{**self._run_fields(), **verdicts},
         ))
 
     def _write(self, result: results.CellResult) -> None:
