@@ -178,7 +178,9 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
     status. With --cell-result it first holds the path and marks it in progress."""
     if not _is_controller(config):
         return None
-    path = config.getoption("cell_result") or None
+    path = config.getoption("cell_result")
+    if path == "":
+        raise pytest.UsageError("--cell-result '': an empty path is no file")
     name = config.getoption("cell_name") or "this run"
     if path is not None and not config.getoption("cell_name"):
         import torch  # only for the name in the file: xdist's controller without one imports no torch

@@ -172,6 +172,19 @@ def test_a_result_path_that_is_not_a_regular_file_is_refused_untouched(tmp_path,
     assert after == before, "the path was replaced, or a lock or temporary file was made beside it"
 
 
+@pytest.mark.parametrize("how", ["run", "pytest"])
+def test_an_empty_result_path_is_refused(tmp_path, how):
+    # Read as "no result file", it would run with no file written where the caller looks.
+    if how == "run":
+        proc = run_in(tmp_path, "--promise", "11", "--cell-result", "")
+    else:
+        cmd = suite_command(tmp_path / "unused.json", "--promise", "11")
+        cmd[cmd.index("--cell-result") + 1] = ""
+        proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
+    assert "--cell-result '': an empty path" in one_line(proc)
+
+
 # --- 6. a test process that ends before pytest does
 
 
