@@ -117,8 +117,9 @@ def test_a_path_to_the_callers_folder_is_refused_and_loads_no_conftest(tmp_path,
         (("--impl",), "--impl needs a value"),
         (("-p", "no:hypothesispytest"), "-p no:hypothesispytest"),
         (("--confcutdir", "/"), "--confcutdir"),
+        (("--pyargs",), "--pyargs"),
     ],
-    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "confcutdir"],
+    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "confcutdir", "pyargs"],
 )
 def test_a_refused_option_replaces_an_earlier_pass_with_an_error(tmp_path, args, culprit):
     path = old_pass(tmp_path / "old_pass.json")

@@ -58,6 +58,7 @@ REFUSED_OPTIONS = {
                      "--last-failed-no-failures", "--cache-show", "--cache-clear", "--sw", "--stepwise",
                      "--sw-skip", "--stepwise-skip", "--sw-reset", "--stepwise-reset"), _CACHE),
     "--noconftest": "it would drop the suite's own conftest.py (its options and its result file)",
+    "--pyargs": "it would collect modules from anywhere on the path, with their folders' conftest.py",
     **dict.fromkeys(("--confcutdir", "--rootdir", "-c", "--config-file", "--inifile"), _SUITE_FOLDER),
 }
 # Plugins the suite cannot run without (-p no:NAME).
