@@ -412,13 +412,13 @@ class CellRecorder:
 
     def _say_untested(self, terminalreporter: Any) -> None:
         """Why a run whose tests all passed is no pass (exit 5 or 6): what went untested."""
-        exitstatus = self.exitstatus
-        if self.answer is None or self.answer.kind != "untested" or exitstatus not in (5, PARTLY_TESTED):
+        exitstatus, nothing = self.exitstatus, pytest.ExitCode.NO_TESTS_COLLECTED
+        if self.answer is None or self.answer.kind != "untested" or exitstatus not in (nothing, PARTLY_TESTED):
             return
         if self.plan is not None and self.plan.nothing_testable:
             return  # the suite's own line says no requested device is available
         lines = self.answer.lines
-        head = "nothing was tested" if exitstatus == 5 else f"{len(lines)} promise-device pair(s) asked for went untested"
+        head = "nothing was tested" if exitstatus == nothing else f"{len(lines)} promise-device pair(s) asked for went untested"
         terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)
         shown = 5
         for line in lines[:shown]:

@@ -168,9 +168,11 @@ def _check_result_path(prepared: Prepared) -> None:
         return
     try:
         results.check_writable(path)
-    except OSError as exc:
+    except results.NotRegularFile as exc:
         prepared.refuse(f"--cell-result {exc}")
         prepared.values.pop("--cell-result")  # nothing may be written there, not even the refusal
+    except OSError:
+        pass  # a folder that cannot be read or written: the suite says so when it takes the path
 
 
 # ---------------------------------------------------------------------------- the result at --cell-result
