@@ -26,7 +26,6 @@ from cpugpu_conformance.promises import DEVICES
 from . import recording
 from .contexts import contexts_for
 from .plan import (
-    DevicePlan,
     as_facts,
     check_device_option,
     from_facts,
@@ -102,18 +101,18 @@ def pytest_configure(config: pytest.Config) -> None:
         plan = plan_devices(option, devices.unavailable())
     except pytest.UsageError as exc:
         config.stash[PLAN] = refused_plan(option)
-        _record_usage_error(_start_recorder(config, config.stash[PLAN], None), exc)
+        _record_usage_error(_start_recorder(config, None), exc)
         raise
     config.stash[PLAN] = plan
     try:
         chosen = select_promises(config.getoption("promise"))
     except pytest.UsageError as exc:
-        _record_usage_error(_start_recorder(config, plan, None), exc)
+        _record_usage_error(_start_recorder(config, None), exc)
         raise
     config.stash[PROMISE_FILTER] = chosen
-    recorder = _start_recorder(config, plan, chosen)
+    recorder = _start_recorder(config, chosen)
     try:
-        if recorder is not None:
+        if recorder is not None and recorder.path is not None:
             recorder.observe()  # before the class under test is imported: it may patch torch
         config.stash[IMPL] = _load_impl(config)
     except pytest.UsageError as exc:
@@ -143,11 +142,15 @@ def _configure_controller(config: pytest.Config) -> None:
     workers (pytest_testnodedown); a class that fails to import fails in every worker."""
     check_device_option(config.getoption("device"))
     config.stash[PROMISE_FILTER] = select_promises(config.getoption("promise"))
+    spec = config.getoption("impl")
     try:
-        impl_loader.check(config.getoption("impl"))
+        impl_loader.check(spec)
     except impl_loader.ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
+    except SystemExit as exc:  # a parent package of the module that ends the process
+        raise pytest.UsageError(_exit_at_import(spec, exc)) from None
     config.stash[PLAN] = None
+    _start_recorder(config, config.stash[PROMISE_FILTER])  # the workers' reports decide the exit status
 
 
 # The key of what a worker tells the controller in its workeroutput (plain data).
@@ -170,17 +173,23 @@ def _is_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput")
 
 
-def _start_recorder(config: pytest.Config, plan: DevicePlan, chosen: frozenset[str] | None) -> recording.CellRecorder | None:
-    """With --cell-result, in the controller: hold the path and mark it in progress, first of all."""
-    path = config.getoption("cell_result")
-    if not path or not _is_controller(config):
+def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> recording.CellRecorder | None:
+    """In the controller (or the only process), always: the recorder whose answer sets the exit
+    status. With --cell-result it first holds the path and marks it in progress."""
+    if not _is_controller(config):
         return None
-    import torch
+    path = config.getoption("cell_result")
+    if path == "":
+        raise pytest.UsageError("--cell-result '': an empty path is no file")
+    name = config.getoption("cell_name") or "this run"
+    if path is not None and not config.getoption("cell_name"):
+        import torch  # only for the name in the file: xdist's controller without one imports no torch
 
-    name = config.getoption("cell_name") or f"torch-{torch.__version__.split('+')[0]}"
+        name = f"torch-{torch.__version__.split('+')[0]}"
     profile = config.getoption("hypothesis_profile", None) or DEFAULT_PROFILE
-    recorder = recording.CellRecorder(config, path, name, plan, chosen, config.getoption("impl"), profile)
-    recorder.hold()
+    recorder = recording.CellRecorder(config, path, name, chosen, config.getoption("impl"), profile)
+    if path is not None:
+        recorder.hold()
     config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
     return recorder
 
@@ -192,15 +201,24 @@ def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.Usa
 
 
 def _load_impl(config: pytest.Config) -> impl_loader.Impl:
+    spec = config.getoption("impl")
     try:
-        impl = impl_loader.load(config.getoption("impl"))
+        impl = impl_loader.load(spec)
     except impl_loader.ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
+    except SystemExit as exc:
+        # sys.exit() while the class is imported: a class that cannot be imported is bad input
+        # (one line, exit 4, an `error` result), not pytest's INTERNALERROR traceback and exit 3.
+        raise pytest.UsageError(_exit_at_import(spec, exc)) from None
     config.stash[WARNINGS] += [
         f"importing --impl {impl.spec} replaced {name}: the suite tested the class against the replacement, not torch's own"
         for name in impl.replaced_torch
     ]
     return impl
+
+
+def _exit_at_import(spec: str, exc: SystemExit) -> str:
+    return f"--impl {spec!r}: importing it called sys.exit({exc.code!r}): the class cannot be imported"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

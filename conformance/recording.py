@@ -1,9 +1,11 @@
 """Turn test reports into the cell result file: one verdict per promise and device.
 
 `annotate` runs where the test ran (an xdist worker, or the only process) and puts what
-the controller needs on the report; `CellRecorder` runs in the controller only. It holds
-the result path for the whole run, with an ``interrupted`` placeholder in it until the
-run's own answer replaces it, so a run that dies never leaves an older pass behind.
+the controller needs on the report; `CellRecorder` runs in the controller only, in every
+run: its answer (results.CellResult.answer, the one rule) decides the exit status, with or
+without a result file (`exit_status`). With --cell-result it holds the result path for the
+whole run, with an ``interrupted`` placeholder in it until the run's own answer replaces
+it, so a run that dies never leaves an older pass behind.
 """
 
 from __future__ import annotations
@@ -43,6 +45,28 @@ REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
 
 # xdist's report for a test whose worker died has this phase.
 CRASH_PHASE = "???"
+
+# The suite's exit status when some promises asked for were tested and held, and others went
+# untested (pytest's own codes end at 5, "nothing was tested").
+PARTLY_TESTED = 6
+
+
+def exit_status(pytest_status: int, answer: results.Answer) -> int:
+    """The run's exit status, saying what its result says.
+
+    pytest's status stands unless it is 0: a failure (1), an interruption (2), an internal
+    (3) or usage (4) error and "no tests collected" (5) are already no pass. A 0 becomes the
+    answer's: 0 every promise asked for passed or was recorded; 1 one failed; 5 nothing was
+    tested (no check of any promise ran: --collect-only, --setup-only, -k or --deselect of
+    every test); 6 some were tested and held, some went untested (a device asked for is
+    missing, -k or --deselect of some tests).
+    """
+    if pytest_status != pytest.ExitCode.OK or answer.clean:
+        return int(pytest_status)
+    if answer.kind == "failed":
+        return int(pytest.ExitCode.TESTS_FAILED)
+    tested = answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
+    return PARTLY_TESTED if tested else int(pytest.ExitCode.NO_TESTS_COLLECTED)
 
 
 def promises_of(item: pytest.Item) -> set[str]:
@@ -160,14 +184,14 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 class CellRecorder:
-    """Collects every test outcome and writes the result file at the end of the session."""
+    """Collects every test outcome; at the end of the session sets the exit status from the
+    answer and, with a ``path``, writes the result file."""
 
-    def __init__(self, config: pytest.Config, path: str, name: str, plan: DevicePlan, chosen: frozenset[str] | None,
+    def __init__(self, config: pytest.Config, path: str | None, name: str, chosen: frozenset[str] | None,
                  impl: str, profile: str) -> None:
         self.config = config
         self.path = path
         self.name = name
-        self.plan = plan
         self.chosen = chosen
         self.impl = impl
         self.profile = profile
@@ -182,6 +206,14 @@ class CellRecorder:
         self.interruption: str | None = None
         self.written: str | None = None
         self.status: str | None = None
+        self.answer: results.Answer | None = None
+        self.exitstatus: int | None = None  # as exit_status decided it
+
+    @property
+    def plan(self) -> DevicePlan | None:
+        """The device plan: this process's, or (xdist's controller without a result file) the
+        first worker's, once it reported; None while nobody has."""
+        return self.config.stash.get(PLAN, None)
 
     # --- the path, held for the whole run
 
@@ -190,7 +222,7 @@ class CellRecorder:
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(results.exclusive(self.path))
-        except results.ResultPathBusy as exc:
+        except (results.ResultPathBusy, results.NotRegularFile) as exc:
             raise pytest.UsageError(f"--cell-result {exc}") from None
         except OSError as exc:
             raise pytest.UsageError(f"--cell-result {self.path}: cannot write: {exc.strerror or exc}") from None
@@ -205,12 +237,17 @@ class CellRecorder:
         self.observations = _observations()
 
     def write_usage_error(self, message: str) -> None:
+        if self.path is None:
+            return
         self._write(results.new_result(self.name, "error", detail=f"usage error (pytest exit status 4): {message}",
                                        pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR), **self._run_fields()))
 
+    def _requested(self) -> dict[str, Any]:
+        return {"device": self.plan.option or "default", "promises": in_contract_order(self.chosen)}
+
     def _run_fields(self) -> dict[str, Any]:
         return {
-            "requested": {"device": self.plan.option or "default", "promises": in_contract_order(self.chosen)},
+            "requested": self._requested(),
             "impl": self.impl,
             "hypothesis_profile": self.profile,
             "argv": sys.argv[1:],
@@ -334,10 +371,26 @@ class CellRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.plan is None:
+            # xdist's controller, and no worker finished its start-up (they all went down, and
+            # the suite says so): nothing was tested, and no test crashed.
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+            return
         status, detail, stop_warnings = self._status(session)
         if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
-        promises = {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()}
+        verdicts = {
+            "devices": {d: self.plan.entry(d) for d in DEVICES},
+            "promises": {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()},
+            "counts": self.counts,
+            "unattributed_failures": self.unattributed,
+            "requested": self._requested(),
+        }
+        self.answer = results.new_result(self.name, status, detail=detail, **verdicts).answer()
+        session.exitstatus = self.exitstatus = exit_status(session.exitstatus, self.answer)
+        if self.path is None:
+            return
         self._write(results.new_result(
             self.name,
             status,
@@ -346,22 +399,35 @@ class CellRecorder:
             duration_s=round(time.monotonic() - self.t0, 3),
             pytest_exitstatus=int(session.exitstatus),
             warnings=list(self.config.stash[WARNINGS]) + stop_warnings,
-            devices={d: self.plan.entry(d) for d in DEVICES},
-            promises=promises,
-            counts=self.counts,
-            unattributed_failures=self.unattributed,
             observations=self.observations,
-            **self._run_fields(),
+            **{**self._run_fields(), **verdicts},
         ))
 
     def _write(self, result: results.CellResult) -> None:
         self.written, self.status = str(result.write(self.path)), result.status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self._say_untested(terminalreporter)
         if not self.written:
             return
         note = "" if self.status == "completed" else f" (status: {self.status})"
         terminalreporter.write_line(f"cell result written to {self.written}{note}", red=self.status != "completed")
+
+    def _say_untested(self, terminalreporter: Any) -> None:
+        """Why a run whose tests all passed is no pass (exit 5 or 6): what went untested."""
+        exitstatus, nothing = self.exitstatus, pytest.ExitCode.NO_TESTS_COLLECTED
+        if self.answer is None or self.answer.kind != "untested" or exitstatus not in (nothing, PARTLY_TESTED):
+            return
+        if self.plan is not None and self.plan.nothing_testable:
+            return  # the suite's own line says no requested device is available
+        lines = self.answer.lines
+        head = "nothing was tested" if exitstatus == nothing else f"{len(lines)} promise-device pair(s) asked for went untested"
+        terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)
+        shown = 5
+        for line in lines[:shown]:
+            terminalreporter.write_line(f"  {line}", red=True)
+        if len(lines) > shown:
+            terminalreporter.write_line(f"  ... and {len(lines) - shown} more", red=True)
 
 
 def _stopped_by_maxfail(session: pytest.Session) -> bool:

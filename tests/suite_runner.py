@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,12 @@ class SuiteRun:
         return results.CellResult(self.result, "cell.json")
 
 
+def default_sigint() -> None:
+    """For preexec_fn: the child takes SIGINT as Python does by default (KeyboardInterrupt).
+    A test run started as a background job ignores SIGINT, and its children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def suite_command(result_path: Path, *args: str, profile: str = "ci") -> list[str]:
     return [
         sys.executable, "-m", "pytest", str(REPO / "conformance"), "-p", "no:cacheprovider", "-q",
@@ -67,9 +74,11 @@ def run_script(tmp_path: Path, source: str, name: str = "reproducer.py") -> subp
     return subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
-# A correct buffer whose constructor says a test is running (by creating MARKER), then
-# waits to be interrupted or killed: a suite run caught in the middle of a test.
+# A correct buffer whose constructor says a test is running (by creating MARKER, which holds
+# the pid of the process running it), then waits to be interrupted or killed: a suite run
+# caught in the middle of a test.
 SLEEPING_IMPL = '''
+import os
 import pathlib
 import time
 
@@ -80,7 +89,9 @@ MARKER = pathlib.Path({marker!r})
 
 class Sleeper(CpuGpuBuffer):
     def __init__(self, *size, **kwargs):
-        MARKER.touch()
+        ready = MARKER.with_name(MARKER.name + ".part")
+        ready.write_text(str(os.getpid()))
+        ready.replace(MARKER)
         time.sleep(300)
         super().__init__(*size, **kwargs)
 '''
@@ -113,15 +124,24 @@ class Background:
             self.proc.wait(timeout=60)
 
 
-def start_sleeping_suite(tmp_path: Path, result_path: Path, *args: str) -> Background:
-    """Start the suite on a class that blocks in its constructor (the original-bug test runs first)."""
+def run_command(result_path: Path, *args: str, profile: str = "ci") -> list[str]:
+    """`cpugpu-conformance run` with the same arguments as suite_command."""
+    return [sys.executable, "-m", "cpugpu_conformance", "run", "-q", f"--hypothesis-profile={profile}",
+            "--cell-result", str(result_path), *args]
+
+
+def start_sleeping_suite(tmp_path: Path, result_path: Path, *args: str, via_run: bool = False) -> Background:
+    """Start the suite (`pytest conformance`, or `cpugpu-conformance run`) on a class that blocks
+    in its constructor (the original-bug test runs first), taking SIGINT as it would in a terminal."""
     marker = tmp_path / "testing.marker"
     impl = tmp_path / "sleeping_impl.py"
     impl.write_text(SLEEPING_IMPL.format(marker=str(marker)))
     log = tmp_path / "background.log"
-    cmd = suite_command(result_path, "--impl", f"{impl}:Sleeper", "--promise", "3", "--device", "cpu", *args)
+    command = run_command if via_run else suite_command
+    cmd = command(result_path, "--impl", f"{impl}:Sleeper", "--promise", "3", "--device", "cpu", *args)
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=suite_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=suite_env(), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, preexec_fn=default_sigint)
     return Background(proc, marker, log)
 
 

@@ -777,11 +777,36 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+class NotRegularFile(OSError):
+    """A path a writer was given exists and is not a regular file (a FIFO, a device, a
+    directory, a socket): writers never replace one. The message names the path and its kind."""
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuse, before anything is written, a ``path`` that exists and is not a regular file.
+
+    A path that does not exist yet (a dangling symbolic link included) is fine; a symbolic
+    link is judged by what it points to, since that is what a reader opens.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile(f"{path}: a symbolic link loop") from None
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(f"{path}: not a regular file ({_kind_of(info.st_mode)}); a result is written only to a "
+                             "regular file or a new path")
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """Write JSON via a temporary file in the same folder, renamed into place, mode 0644.
 
     A reader never sees half a file, and a failed write leaves the old file untouched.
-    NaN and infinities are refused: strict JSON parsers reject them.
+    NaN and infinities are refused: strict JSON parsers reject them. A path that is not a
+    regular file is refused (NotRegularFile) before anything is written.
     """
     path = Path(path)
     text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False) + "\n"
@@ -791,6 +816,9 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
     path = Path(path)
+    # The rename would put a regular file where a FIFO or a device node was (as root,
+    # /dev/null): refuse first, and make no temporary file beside such a path either.
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -828,10 +856,11 @@ def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
     import fcntl
 
     path = Path(path)
+    check_writable(path)  # nothing, not even the lock, beside a path no writer may replace
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_path(path)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -859,6 +888,31 @@ def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()
         os.close(fd)
+
+
+def _open_lock(lock: Path) -> int:
+    """The lock file, opened (or made) as a regular file of its own: never through a symbolic
+    link (the truncation would hit its target) and never a FIFO or device planted there."""
+    with contextlib.suppress(FileNotFoundError):  # refused unopened: opening a device can act on it
+        mode = os.lstat(lock).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{lock}: the lock file is not a regular file ({_lock_kind(mode)}); remove it")
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(lock, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symbolic link put there since the look
+            raise NotRegularFile(f"{lock}: the lock file is not a regular file (a symbolic link); remove it") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # replaced between the look and the open
+        os.close(fd)
+        raise NotRegularFile(f"{lock}: the lock file is not a regular file ({_lock_kind(mode)}); remove it")
+    return fd
+
+
+def _lock_kind(mode: int) -> str:
+    return "a symbolic link" if stat.S_ISLNK(mode) else _kind_of(mode)
 
 
 def _now() -> str:
