@@ -88,6 +88,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*names): the only devices a test runs on (devices.py names)")
     config.addinivalue_line("markers", "costly: a test that takes many times the others (run first, for xdist's balance)")
     config.stash[WARNINGS] = []
+    if getattr(config.option, "max_warnings", None) is not None:
+        # pytest 9.2's --max-warnings exits 6 when every test passed: the suite's own 6 says
+        # "some promises went untested", and one code must not say two things.
+        exc = pytest.UsageError("--max-warnings: its exit code (6) is the suite's 'some promises went untested'")
+        config.stash[PLAN] = refused_plan(config.getoption("device"))
+        _record_usage_error(_start_recorder(config, None), exc)
+        raise exc
     if _hands_tests_to_workers(config) and not config.getoption("cell_result"):
         _configure_controller(config)
         return

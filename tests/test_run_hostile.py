@@ -118,8 +118,11 @@ def test_a_path_to_the_callers_folder_is_refused_and_loads_no_conftest(tmp_path,
         (("-p", "no:hypothesispytest"), "-p no:hypothesispytest"),
         (("--confcutdir", "/"), "--confcutdir"),
         (("--pyargs",), "--pyargs"),
+        pytest.param(("--max-warnings", "0"), "--max-warnings: its exit code (6)",
+                     marks=pytest.mark.skipif(not hasattr(pytest.ExitCode, "MAX_WARNINGS_ERROR"),
+                                              reason="this pytest has no --max-warnings")),
     ],
-    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "confcutdir", "pyargs"],
+    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "confcutdir", "pyargs", "max-warnings"],
 )
 def test_a_refused_option_replaces_an_earlier_pass_with_an_error(tmp_path, args, culprit):
     path = old_pass(tmp_path / "old_pass.json")
