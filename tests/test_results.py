@@ -84,6 +84,18 @@ def test_a_device_asked_for_but_missing_is_untested_on_every_promise():
     assert {c.outcome(p, "cuda").kind for p in map(str, range(1, 11))} == {"untested"}
 
 
+def test_on_a_missing_device_only_the_promises_asked_for_are_untested():
+    """--promise 1 --device all without CUDA: promise 1 is untested on cuda, the others were not asked for."""
+    def no_cuda_promise_1(data):
+        data["devices"]["cuda"] = {"status": "skipped", "reason": "no CUDA device"}
+        data["requested"]["promises"] = ["1"]
+
+    c = cell(no_cuda_promise_1)
+    assert c.outcome("1", "cuda").kind == "untested"
+    assert {c.outcome(p, "cuda").kind for p in map(str, range(2, 10))} == {"not_requested"}
+    assert [line for line in c.answer().lines if "cuda" in line and "promise 2" in line] == []
+
+
 def test_a_device_nobody_asked_for_is_not_requested():
     assert cell().outcome("1", "cuda").kind == "not_requested"
     assert cell().asked_devices() == ["cpu"]

@@ -413,12 +413,15 @@ class CellResult(Mapping[str, Any]):
         if not applies(promise, device):
             only = " and ".join(APPLIES_TO.get(promise, ()))
             return Outcome("not_applicable", f"promise {promise} is about {only}")
-        if dev.get("status") == "skipped":
-            return Outcome("untested", dev.get("reason") or f"{device} was skipped")
         chosen = self.requested_promises()
         entry = self.entry(promise, device)
-        if (chosen is not None and promise not in chosen) or (entry or {}).get("verdict") == "not_requested":
+        # Before the device's skip: a promise left out by --promise is not untested on a missing device.
+        if chosen is not None and promise not in chosen:
             return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
+        if dev.get("status") == "skipped":
+            return Outcome("untested", dev.get("reason") or f"{device} was skipped")
+        if (entry or {}).get("verdict") == "not_requested":
+            return Outcome("not_requested", entry.get("reason") or "not selected (--promise)")
         if entry is None:
             return Outcome("untested", f"the result has no verdict for promise {promise} on {device}")
         failures = tuple(entry.get("failures") or ())
