@@ -387,7 +387,10 @@ class CellRecorder:
             "unattributed_failures": self.unattributed,
             "requested": self._requested(),
         }
-        self.answer = results.new_result(self.name, status, detail=detail, **verdicts).answer()
+        run_fields = self._run_fields()
+        # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
+        self.answer = results.new_result(self.name, status, detail=detail, environment=run_fields["environment"],
+                                         **verdicts).answer()
         session.exitstatus = self.exitstatus = exit_status(session.exitstatus, self.answer)
         if self.path is None:
             return
@@ -400,7 +403,7 @@ class CellRecorder:
             pytest_exitstatus=int(session.exitstatus),
             warnings=list(self.config.stash[WARNINGS]) + stop_warnings,
             observations=self.observations,
-            **{**self._run_fields(), **verdicts},
+            **{**run_fields, **verdicts},
         ))
 
     def _write(self, result: results.CellResult) -> None:

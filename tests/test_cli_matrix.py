@@ -174,7 +174,7 @@ def _results_it_cannot_write(tmp_path: Path, how: str) -> tuple[Path, str]:
     if how == "lock-is-a-folder":
         lock = results.lock_path(out / "torch-98.0.0-cpu.json")
         lock.mkdir()
-        return out, f"{out}: cannot write the cell's result and log there ({lock}: Is a directory)"
+        return out, f"{out}: cannot write the cell's result and log there ({lock}: the lock file is not a regular file (a directory); remove it)"
     if os.geteuid() == 0:
         pytest.skip("root writes into a read-only folder")
     out.chmod(0o555)

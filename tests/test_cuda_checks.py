@@ -119,9 +119,17 @@ def test_the_context_says_it_is_the_plain_one_from_the_device_count(monkeypatch,
     assert all(c.same_as_plain() is None for c in contexts.contexts_for("cuda") if c.name != "cuda_device_last")
 
 
+def recorder_with(device_plan, tmp_path):
+    """A recorder outside a pytest run: the plan is where a run's recorder reads it, in the config's stash."""
+    stash = pytest.Stash()
+    stash[recording.PLAN] = device_plan
+    return recording.CellRecorder(types.SimpleNamespace(stash=stash), str(tmp_path / "cell.json"), "cell", None,
+                                  "impl", "ci")
+
+
 def test_a_passed_promise_with_a_check_that_could_not_run_says_so(tmp_path):
     """The skipped check is untested: the pass rests on the checks that ran, and the result says which did not."""
-    recorder = recording.CellRecorder(None, str(tmp_path / "cell.json"), "cell", plan.plan_devices("all", {}), None, "impl", "ci")
+    recorder = recorder_with(plan.plan_devices("all", {}), tmp_path)
     why = "context cuda_device_last: with 1 CUDA device, ... cannot fire (it needs two CUDA devices)"
     recorder.tallies[("12", "cuda")] = recording.Tally(passed=14, skipped=1, reasons=[why])
     recorder.tallies[("12", "cpu")] = recording.Tally(passed=12)
@@ -250,12 +258,10 @@ def test_promise_11_tests_are_deselected_beside_an_accelerator():
 
 
 def test_the_recorder_writes_promise_11_not_applicable_with_why_beside_an_accelerator(tmp_path):
-    recorder = recording.CellRecorder(None, str(tmp_path / "cell.json"), "cell", plan.plan_devices("cpu", AN_ACCELERATOR),
-                                      None, "impl", "ci")
+    recorder = recorder_with(plan.plan_devices("cpu", AN_ACCELERATOR), tmp_path)
     entry = recorder._entry("11", "cpu")
     assert entry["verdict"] == "not_applicable" and entry["reason"] == promises.not_applicable("11", "cpu", ("cuda",))
-    alone = recording.CellRecorder(None, str(tmp_path / "cell.json"), "cell", plan.plan_devices("cpu", NO_ACCELERATOR),
-                                   None, "impl", "ci")
+    alone = recorder_with(plan.plan_devices("cpu", NO_ACCELERATOR), tmp_path)
     alone.tallies[("11", "cpu")] = recording.Tally(passed=2, observed=["size (4,): raises RuntimeError: no"])
     assert alone._entry("11", "cpu")["verdict"] == "recorded"
 

@@ -282,7 +282,7 @@ def test_a_cell_that_cannot_take_its_lock_shows_no_answer_not_its_old_pass(tmp_p
     text = capsys.readouterr().out
     assert code == 1, text
     assert "torch-98.0.0-cpu: NO ANSWER written this run" in text and "passed (" not in text
-    assert f"cannot write the cell's result and log there ({results.lock_path(path)}: Is a directory)" in text
+    assert f"cannot write the cell's result and log there ({results.lock_path(path)}: the lock file is not a regular file (a directory); remove it)" in text
     assert "Traceback" not in text
     assert results.load(path).answer().clean, "the old file is left as it was"
 
