@@ -182,13 +182,18 @@ def test_cpu_only_entries_drop_when_the_suite_tests_cuda(monkeypatch):
     assert mu.suite_tests_cuda(["--device", "cpu"]) is False and mu.suite_tests_cuda(["--device=cpu"]) is False
 
 
-def test_the_committed_list_matches_the_reference_mutants_exactly(tmp_path):
-    """No stale entry, and exactly the reviewed mutants: 44 annotations, dtype is, 4 non_blocking."""
-    copy = tmp_path / "reference.py"
+def mutants_of_a_copy_of_the_reference(tmp_path, name: str) -> list:
+    """The mutants cosmic-ray makes of a byte-identical copy of reference.py saved as ``name``."""
+    copy = tmp_path / name
     shutil.copyfile(mu.REFERENCE_FILE, copy)
     config = mu.write_config(tmp_path, copy, ["true"], 60)
     mu.init_session(config, tmp_path / "s.sqlite", tmp_path, tmp_path / "log")
-    mutants = mu.list_mutants(tmp_path / "s.sqlite", copy)
+    return mu.list_mutants(tmp_path / "s.sqlite", copy)
+
+
+def test_the_committed_list_matches_the_reference_mutants_exactly(tmp_path):
+    """No stale entry, and exactly the reviewed mutants: 44 annotations, dtype is, 4 non_blocking."""
+    mutants = mutants_of_a_copy_of_the_reference(tmp_path, "reference.py")
     equivalents = mu.default_equivalents(mu.REFERENCE_FILE)
     assert mu.match_equivalents(mutants, equivalents) == []
     listed = [m for m in mutants if m.equivalent is not None]
@@ -317,12 +322,8 @@ def test_a_byte_identical_copy_of_the_reference_gets_the_reviewed_list(tmp_path)
 
 
 def test_the_reviewed_list_covers_the_mutants_of_a_copy_of_the_reference(tmp_path):
-    copy = tmp_path / "buffers.py"
-    shutil.copyfile(mu.REFERENCE_FILE, copy)
-    config = mu.write_config(tmp_path, copy, ["true"], 60)
-    mu.init_session(config, tmp_path / "s.sqlite", tmp_path, tmp_path / "log")
-    mutants = mu.list_mutants(tmp_path / "s.sqlite", copy)
-    assert mu.match_equivalents(mutants, mu.default_equivalents(copy)) == []
+    mutants = mutants_of_a_copy_of_the_reference(tmp_path, "buffers.py")
+    assert mu.match_equivalents(mutants, mu.default_equivalents(tmp_path / "buffers.py")) == []
     assert sum(m.equivalent is not None for m in mutants) == 49
 
 
