@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from cpugpu_conformance import devices
+from cpugpu_conformance.promises import PROMISES
 
 DEFAULT_IMPORT = "from cpugpu_conformance.reference import CpuGpuBuffer as Buffer\n"
 
@@ -118,14 +119,7 @@ class Scenario:
 
     def __init__(self, Buffer: Any, record: Record, promise: str, title: str, device: str, **values: Any) -> None:
         self.record = record
-        needs = devices.get(device).needs  # "a CUDA device"
-        self.header = (
-            f"# Reproducer: CpuGpuBuffer promise {promise} ({title}), device {device}.\n"
-            f"# Smallest failing example cpugpu-conformance found, with torch {torch.__version__}.\n"
-            + (f"# Needs {needs}.\n" if needs else "")
-            + "# Run: python reproducer.py  (an exception or a failed assert is the bug)\n"
-            "import numpy as np\nimport torch\n\n" + record.impl_import + "\n"
-        )
+        self.promise, self.title, self.device = promise, title, device
         self.steps: list[str] = []
         self.ns: dict[str, Any] = {"torch": torch, "np": np, "Buffer": Buffer, "__name__": "__reproducer__"}
         # Callers pass a torch.device and real implementations read device.type: so does the suite.
@@ -154,6 +148,23 @@ class Scenario:
         self._record(extra=bound + code)
         exec(_compile(code), self.ns)
         return self.ns
+
+    @property
+    def header(self) -> str:
+        """Named after the promise blamed now (a constructor that raised is promise 1, whatever the
+        test checks), else the scenario's own; a scenario with a title of its own says so."""
+        promise = self.record.blamed or self.promise
+        title = PROMISES.get(promise, self.title)
+        found_by = "" if title.startswith(self.title) else f"# Found by: {self.title}.\n"
+        needs = devices.get(self.device).needs  # "a CUDA device"
+        return (
+            f"# Reproducer: CpuGpuBuffer promise {promise} ({title}), device {self.device}.\n"
+            + found_by
+            + f"# Smallest failing example cpugpu-conformance found, with torch {torch.__version__}.\n"
+            + (f"# Needs {needs}.\n" if needs else "")
+            + "# Run: python reproducer.py  (an exception or a failed assert is the bug)\n"
+            "import numpy as np\nimport torch\n\n" + self.record.impl_import + "\n"
+        )
 
     def script(self, extra: str = "") -> str:
         steps = self.steps + ([extra] if extra else [])

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from . import budget, checks, dtypes
+from . import budget, checks, dtypes, scenarios
 from . import strategies as s
 from .scenarios import build
 from .snippets import CONSTRUCT
@@ -27,7 +27,8 @@ def test_numpy_view_shares_memory(Buffer, record, device, data):
 def test_numpy_view_by_default(Buffer, record, device, data):
     """Callers rely on `.np` without passing the flag: with_numpy defaults to True."""
     sc = build(Buffer, record, "5", device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
-    sc.run("buf = Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory)  # with_numpy left to its default")
+    scenarios.construct_blamed(record, "1", lambda: sc.run(
+        "buf = Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory)  # with_numpy left to its default"))
     sc.run(checks.NP_FILL)
     sc.run(checks.NUMPY_VIEW)
 

@@ -6,6 +6,8 @@ caller captured at construction must still be the buffer's (promises 3, 5, 8 and
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -89,8 +91,15 @@ class BufferMachine(RuleBasedStateMachine):
     device: str
     shard: str
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Set before any step can fail: teardown reads them after a constructor that raised.
+        self.sc: Scenario | None = None
+        self.modes = 0  # inference_mode() blocks entered and not yet left
+
     @initialize(data=st.data())
     def construct(self, data):
+        self.record.blame("1")  # a constructor that raises (valid arguments refused: promise 1)
         info = data.draw(st.sampled_from(_model_dtypes(self.device, self.shard)), label="dtype")
         self.sc = Scenario(
             self.Buffer,
@@ -104,7 +113,6 @@ class BufferMachine(RuleBasedStateMachine):
             with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy"),
         )
         self.sc.run(BYTE_HELPERS + HOST)
-        self.record.blame("1")  # a constructor that raises
         self.sc.run(data.draw(s.contexts_for(self.device), label="context").code(CONSTRUCT))
         # The tensors themselves, not their addresses: held here, as a caller that captured them
         # holds them, their memory cannot be handed out again. With an address alone, CUDA's
@@ -119,7 +127,6 @@ class BufferMachine(RuleBasedStateMachine):
         model_dtype = np.float32 if info.name == "bfloat16" else np.dtype(info.numpy)
         self.model = {side: np.zeros(self.sc["size"], dtype=model_dtype) for side in ("cpu", "gpu")}
         self.is_bool = info.name == "bool"
-        self.modes = 0  # inference_mode() blocks entered and not yet left
 
     @property
     def length(self) -> int:
@@ -167,9 +174,9 @@ class BufferMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.modes < 2)
     @rule()
     def enter_inference_mode(self):
-        self.modes += 1
         # A fresh mode object each time: reusing one for nested blocks leaks inference mode.
-        self.sc.run(f"mode{self.modes} = torch.inference_mode()\nmode{self.modes}.__enter__()")
+        self.sc.run(f"mode{self.modes + 1} = torch.inference_mode()\nmode{self.modes + 1}.__enter__()")
+        self.modes += 1  # only once entered: teardown leaves exactly the blocks that were
 
     @precondition(lambda self: self.modes > 0)
     @rule()
@@ -191,11 +198,13 @@ class BufferMachine(RuleBasedStateMachine):
 
     def teardown(self):
         # Leave every inference_mode() block, even after a failure: it would poison later tests.
-        sc = getattr(self, "sc", None)
-        while sc is not None and self.modes:
-            sc.ns[f"mode{self.modes}"].__exit__(None, None, None)
+        while self.sc is not None and self.modes:
+            self.sc.ns[f"mode{self.modes}"].__exit__(None, None, None)
             self.modes -= 1
-        assert not torch.is_inference_mode_enabled()
+        # Hypothesis calls teardown in a `finally`: with a failure in flight, that failure is the
+        # report, and an error raised here would replace it.
+        if sys.exc_info()[1] is None:
+            assert not torch.is_inference_mode_enabled(), "inference mode is still on after the run"
 
 
 @pytest.mark.promise("3", "5", "8", "9")

@@ -67,3 +67,26 @@ class TwoBugsBuffer:
 
     def copy_to_cpu(self, n=None):
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class RefusesZeroLength:
+    """Correct, except that its constructor refuses zero-length dimensions, which promise 1 allows."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        import torch
+
+        if 0 in size:
+            raise ValueError("zero-length dimensions are not supported")
+        with torch.inference_mode(False):
+            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+            self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("NumPy has no bfloat16: pass with_numpy=False")
+            self.np = self.cpu.numpy()
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
