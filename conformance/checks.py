@@ -49,10 +49,13 @@ assert (raw(buf.cpu) == expected).all(), "a write to buf.gpu changed buf.cpu wit
 
 NP_FILL = '''
 def np_fill(a, seed):
-    """Overwrite every byte of the array in place, through NumPy (a pattern repeating every 251 bytes)."""
-    view = a.reshape(-1).view(np.uint8)
+    """Overwrite every byte of the array in place, through NumPy (a pattern repeating every 251 bytes).
+
+    Assigned element-wise, so any layout takes it: a.reshape(-1) of a strided array is a copy.
+    """
     period = ((np.arange(251, dtype=np.int64) * 13 + seed * 17 + 3) % 251 + 1).astype(np.uint8)
-    view[:] = np.resize(period % 2 if a.dtype == np.bool_ else period, view.size)
+    pattern = np.resize(period % 2 if a.dtype == np.bool_ else period, a.size * a.itemsize)
+    a[...] = pattern.view(a.dtype).reshape(a.shape)
 '''
 
 NUMPY_VIEW = """
@@ -64,7 +67,7 @@ assert buf.np.flags.writeable, "buf.np is read-only"
 
 
 def np_bytes():
-    return buf.np.reshape(-1).view(np.uint8).reshape(*size, buf.np.itemsize)
+    return np.ascontiguousarray(buf.np).reshape(-1).view(np.uint8).reshape(*size, buf.np.itemsize)
 
 
 np_fill(buf.np, seed=1)  # NumPy -> torch

@@ -34,7 +34,7 @@ queued = torch.empty_like(buf.gpu)
 fill_bytes(queued, seed=2)
 sync()
 {stall}
-buf.gpu.view(torch.uint8).copy_(queued.view(torch.uint8))  # on the caller's stream, behind the long job
+buf.gpu.copy_(queued)  # on the caller's stream, behind the long job; element-wise, so any layout
 buf.copy_to_gpu(n)
 sync()
 expected = raw(queued)
@@ -50,7 +50,7 @@ queued = torch.empty_like(buf.gpu)
 fill_bytes(queued, seed=3)
 sync()
 {stall}
-buf.gpu.view(torch.uint8).copy_(queued.view(torch.uint8))  # on the caller's stream, behind the long job
+buf.gpu.copy_(queued)  # on the caller's stream, behind the long job; element-wise, so any layout
 buf.copy_to_cpu(n)
 sync()
 expected = before.copy()

@@ -155,6 +155,43 @@ class NumpyProperty(DecoratedHelper):
         return self.cpu.numpy()
 
 
+def _numpy_dtype(dtype):
+    """The NumPy dtype of a torch dtype, or None where NumPy has none (bfloat16, float8, ...)."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return None
+
+
+class NumpyAllocated:
+    """The host tensor allocated by NumPy and wrapped with torch.from_numpy; `np` is that original
+    array (NumPy gives an empty array zero strides), the device tensor torch.zeros_like of it. Torch
+    allocates where NumPy cannot: a dtype NumPy lacks, or pinned memory."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        import numpy
+
+        if with_numpy and dtype == torch.bfloat16:
+            raise ValueError("NumPy has no bfloat16: construct with with_numpy=False")
+        np_dtype = _numpy_dtype(dtype)
+        with torch.inference_mode(False):
+            if np_dtype is None or pin_memory:
+                self.cpu = torch.zeros(size, dtype=dtype, device="cpu", pin_memory=pin_memory)
+                array = self.cpu.numpy() if with_numpy else None
+            else:
+                array = numpy.zeros(size, dtype=np_dtype)
+                self.cpu = torch.from_numpy(array)
+            self.gpu = torch.zeros_like(self.cpu, device=device)
+        if with_numpy:
+            self.np = array
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
 @dataclass(frozen=True)
 class Alternative:
     cls: type
@@ -177,4 +214,5 @@ ALTERNATIVES = (
     Alternative(SlotsAndKeywords),
     Alternative(ReadsDeviceType),
     Alternative(NumpyProperty),
+    Alternative(NumpyAllocated),
 )
