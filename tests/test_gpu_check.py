@@ -146,7 +146,9 @@ def test_skipped_where_the_device_is_missing():
 """
 
 
-@pytest.mark.parametrize(("keep", "code"), [("held or skipped", 6), ("skipped", 5)])
+# -k words no folder name holds: pytest matches -k against parent folders too (tmp_path says "skipped").
+@pytest.mark.parametrize(("keep", "code"), [("test_held or test_skipped_where_the_device", 6),
+                                            ("test_skipped_where_the_device", 5)], ids=["held-or-skipped", "skipped"])
 def test_a_skipped_proof_is_not_a_pass(tmp_path, keep, code):
     # A machine without the device skips its proofs (tests/conftest.py): that must never read as held.
     proc, out = run_check(tmp_path, "--proofs-k", keep, "--", "--promise", "1", proofs=SKIPPED_PROOFS)
