@@ -17,21 +17,13 @@ class NoDevice:
 NOT_A_CLASS = 42
 
 
-class SegfaultsOnFifth:
-    """A correct buffer whose fifth construction in a process kills it with SIGSEGV,
-    as a native extension with a memory bug would."""
+class _CorrectBuffer:
+    """The reference's body, for the classes below that are correct but for one fault. torch is
+    imported only when one is built: importing this module loads no torch (xdist's controller)."""
 
-    constructions = 0
-
-    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
-        import os
-        import signal
-
+    def _allocate(self, size, dtype, device, pin_memory, with_numpy):
         import torch
 
-        type(self).constructions += 1
-        if type(self).constructions == 5:
-            os.kill(os.getpid(), signal.SIGSEGV)
         with torch.inference_mode(False):
             self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
             self.gpu = torch.zeros_like(self.cpu, device=device)
@@ -45,6 +37,23 @@ class SegfaultsOnFifth:
 
     def copy_to_cpu(self, n=None):
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class SegfaultsOnFifth(_CorrectBuffer):
+    """A correct buffer whose fifth construction in a process kills it with SIGSEGV,
+    as a native extension with a memory bug would."""
+
+    constructions = 0
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        import os
+        import signal
+
+
+        type(self).constructions += 1
+        if type(self).constructions == 5:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        self._allocate(size, dtype, device, pin_memory, with_numpy)
 
 
 class TwoBugsBuffer:
@@ -69,24 +78,11 @@ class TwoBugsBuffer:
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
-class RefusesZeroLength:
+class RefusesZeroLength(_CorrectBuffer):
     """Correct, except that its constructor refuses zero-length dimensions, which promise 1 allows."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
-        import torch
 
         if 0 in size:
             raise ValueError("zero-length dimensions are not supported")
-        with torch.inference_mode(False):
-            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
-            self.gpu = torch.zeros_like(self.cpu, device=device)
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("NumPy has no bfloat16: pass with_numpy=False")
-            self.np = self.cpu.numpy()
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+        self._allocate(size, dtype, device, pin_memory, with_numpy)
