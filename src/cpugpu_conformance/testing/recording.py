@@ -83,7 +83,18 @@ def exit_status(pytest_status: int, answer: results.Answer) -> int:
 
 
 def promises_of(item: pytest.Item) -> set[str]:
-    return {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
+    """The promises a test checks: its marker, or, for a project's override of a library test
+    (an opt-out: ``@pytest.mark.skip(...) def test_x(self): ...``), the marker of the test it
+    overrides, so that its skip is recorded against the promise, with its reason."""
+    marked = {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
+    if marked:
+        return marked
+    name = getattr(item, "originalname", item.name)
+    for base in getattr(getattr(item, "cls", None), "__mro__", ())[1:]:
+        overridden = vars(base).get(name)
+        if overridden is not None:
+            return {str(n) for mark in getattr(overridden, "pytestmark", []) if mark.name == PROMISE_MARK for n in mark.args}
+    return set()
 
 
 def device_of(item: pytest.Item) -> str | None:
@@ -286,12 +297,16 @@ class CellRecorder:
         if report.failed and props.get("blame"):
             promises = [props["blame"]]  # a test of several promises names the one it caught broken
         device = props.get("device")
-        if not promises or device is None:
+        # A project's override of a library test that takes no device (an opt-out) stands for
+        # the test on every device the run tests.
+        on = [device] if device is not None else list(self.plan.tested) if promises and self.plan else []
+        if not promises or not on:
             if report.failed:
                 self.unattributed.append({"test": report.nodeid, "message": _message(report)})
             return
         for promise in promises:
-            self._tally(self.tallies[(promise, device)], report, outcome, props)
+            for where in on:
+                self._tally(self.tallies[(promise, where)], report, outcome, props)
 
     @staticmethod
     def _tally(tally: Tally, report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> None:
