@@ -203,6 +203,8 @@ def _worker_id(report: pytest.TestReport) -> str:
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):  # an expected failure (an opt-out by xfail): its reason
+        return f"expected to fail (xfail): {report.wasxfail or 'no reason given'}"
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     return reason.removeprefix("Skipped: ")
 
