@@ -54,7 +54,7 @@ class FakeCells:
     def __call__(self, release: str) -> dict:
         self.calls.append(release)
         if release in self.untestable:
-            return results.new_result(f"torch-{release}", "not_installed", detail="no matching distribution")
+            return results.CellResult.new(f"torch-{release}", "not_installed", detail="no matching distribution")
         changed = self.change_at is not None and self.releases.index(release) >= self.change_at
         return cell_result(release, pin_error=NEW_PIN_ERROR if changed else OLD_PIN_ERROR)
 

@@ -82,7 +82,7 @@ WRITE_RESULT = """\
     on_cpu = {{"verdict": verdict, "passed": int(verdict == "passed"), "failed": int(verdict == "failed"), "skipped": 0}}
     if verdict == "failed":
         on_cpu["failures"] = [{{"test": "test_shape", "message": "AssertionError: shape differs"}}]
-    results.new_result(
+    results.CellResult.new(
         name, "completed", environment={{"torch": {torch!r}}}, duration_s=1.5,
         requested={{"promises": ["1"], "device": "cpu"}},
         devices={{"cpu": {{"status": "tested"}}, "cuda": {{"status": "not_requested", "reason": "--device cpu"}}}},
@@ -749,7 +749,7 @@ def test_a_signal_while_installing_stops_the_installer_and_records_interrupted(t
 
 
 def _write(dirpath: Path, name: str, status: str, **fields) -> None:
-    results.new_result(name, status, **fields).write(dirpath / f"{name}.json")
+    results.CellResult.new(name, status, **fields).write(dirpath / f"{name}.json")
 
 
 def _write_dict(dirpath: Path, name: str, data: dict) -> None:
@@ -1110,7 +1110,7 @@ def test_fallback_replaces_an_unreadable_result_with_error(tmp_path: Path, conte
 
 def test_fallback_keeps_an_answer_that_stands(tmp_path: Path) -> None:
     path = tmp_path / "torch-2.15.0-cpu.json"
-    results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(path)
+    results.CellResult.new("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(path)
     before = path.read_bytes()
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s") is None
     assert path.read_bytes() == before

@@ -304,7 +304,7 @@ def test_sigterm_to_nox_stops_the_suite_and_records_the_cell_as_interrupted(tmp_
 
 def test_a_second_run_on_a_busy_result_path_is_a_session_error_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "results" / "installed-torch-2.15.0-cpu.json"
-    results.new_result("installed-torch-2.15.0-cpu", "crashed", detail="the running one's").write(path)
+    results.CellResult.new("installed-torch-2.15.0-cpu", "crashed", detail="the running one's").write(path)
     before = path.read_bytes()
     cmd, env = nox_installed(tmp_path, fake_python(tmp_path / "fake", writes_result("passed")))
     with results.exclusive(path):  # another run holds the path

@@ -478,7 +478,7 @@ def test_a_cell_that_names_no_device_still_gets_a_column(tmp_path: Path):
     d = tmp_path / "r"
     d.mkdir()
     rf.write(d, "a.json", rf.completed("2.13.0"))
-    rf.write(d, "b.json", rf.validate(results.new_result("ci-fallback", "error", detail="nox failed before the cell ran")))
+    rf.write(d, "b.json", rf.validate(results.CellResult.new("ci-fallback", "error", detail="nox failed before the cell ran")))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
     header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
     assert header[1:] == ["2.13.0 cpu", f"unknown {compat.NO_DEVICE}"]

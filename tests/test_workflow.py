@@ -415,7 +415,7 @@ def test_a_cell_with_an_unreadable_result_is_recorded_as_error(tmp_path):
 
 
 def test_a_cell_with_a_result_keeps_it(tmp_path):
-    kept = results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(tmp_path / "results" / "torch-2.15.0-cpu.json")
+    kept = results.CellResult.new("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(tmp_path / "results" / "torch-2.15.0-cpu.json")
     before = kept.read_bytes()
     run, _ = fallback(tmp_path, "nox > ...\n")
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: the cell's answer stands"

@@ -185,7 +185,7 @@ def record_interrupted(path: Path, name: str, signum: int) -> bool:
     False when that cannot be written (another run holds the path, or it is not writable)."""
     try:
         with results.exclusive(path):
-            results.new_result(name, "interrupted", detail=(
+            results.CellResult.new(name, "interrupted", detail=(
                 f"interrupted by {cells.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
             )).write(path)
     except (results.ResultPathBusy, OSError):

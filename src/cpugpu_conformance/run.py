@@ -209,7 +209,7 @@ def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int
         return None
     try:
         with results.exclusive(path):
-            results.new_result(_cell_name(prepared), status, detail=detail, pytest_exitstatus=exitstatus,
+            results.CellResult.new(_cell_name(prepared), status, detail=detail, pytest_exitstatus=exitstatus,
                                impl=prepared.values.get("--impl"), argv=sys.argv[1:]).write(path)
     except results.ResultPathBusy:
         return None  # another run is writing it: its answer, not an older one, will be there
