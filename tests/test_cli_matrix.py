@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import __main__ as cli
-from cpugpu_conformance import bisect, cell, cli_bisect, results
-from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
+from cpugpu_conformance.cli import ExitCode
+from cpugpu_conformance.cli import bisection as cli_bisect
+from cpugpu_conformance.cli import dispatch as cli
+from cpugpu_conformance.runner import bisection as bisect
+from cpugpu_conformance.runner import cell
+from cpugpu_conformance.runner import install as installing
+from cpugpu_conformance.runner import matrix as matrices
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -197,7 +202,7 @@ def test_cell_on_results_it_cannot_write_is_one_line_exit_2_and_nothing_is_made(
 
 def test_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path):
     """A real cell of the torch these tests run with, in a new environment, as a user runs it."""
-    release = cell.base_version(cell.probe_torch(sys.executable)["torch"])
+    release = installing.base_version(installing.probe_torch(sys.executable)["torch"])
     m = tmp_path / "matrix.yaml"
     m.write_text(f'python: "{PYTHON}"\nbaseline: "{release}"\ncandidates: ["99.0.0"]\n'
                  f'torch: [{{version: "{release}"}}, {{version: "99.0.0"}}]\n')
@@ -302,5 +307,5 @@ def test_help_of_each_matrix_command(command, capsys):
 @pytest.mark.parametrize("command", ["cells", "cell", "matrix", "bisect", "summary", "record-unfinished"])
 def test_a_matrix_command_without_the_tools_extra_is_one_line(command, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "yaml", None)
-    assert cli.main([command, "--help"]) == cli.EXIT_MISSING
+    assert cli.main([command, "--help"]) == ExitCode.USAGE
     assert capsys.readouterr().err == f"cpugpu-conformance {command} needs yaml: {cli.TOOLS_EXTRA}\n"

@@ -17,7 +17,7 @@ import result_factory as rf
 from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for, writes_result
 
 from cpugpu_conformance import results
-from cpugpu_conformance.matrix import load
+from cpugpu_conformance.runner.matrix import load
 
 ROOT = Path(__file__).resolve().parents[1]
 

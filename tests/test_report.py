@@ -14,9 +14,11 @@ import jsonschema
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import compat, report, results
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance import results
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
+from cpugpu_conformance.report import render as report
+from cpugpu_conformance.report import view as compat
 
 REPRODUCER = 'import torch\nprint("<script>alert(1)</script> | pipe")\n'
 OBSERVED_11 = "RuntimeError: accelerator | none\nsecond line <b>"

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
 
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
+from cpugpu_conformance.runner import matrix as matrices
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "conformance.yml"

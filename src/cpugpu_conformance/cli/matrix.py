@@ -21,11 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
-from cpugpu_conformance import parallel, results
-from cpugpu_conformance.cli_common import (
-    EXIT_USAGE,
+from cpugpu_conformance import output, results
+from cpugpu_conformance.cli.common import (
     PathArgument,
     UsageError,
     add_matrix_option,
@@ -39,6 +36,10 @@ from cpugpu_conformance.cli_common import (
     refuse_owned_options,
     results_folder,
 )
+from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.report import summary
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import parallel, processes
 
 PROG = "matrix"
 HELP = "run the matrix's cells (or those named) side by side, --jobs at a time, then the summary table"
@@ -63,7 +64,7 @@ def main(argv: Sequence[str]) -> int:
     return args if isinstance(args, int) else run(args)
 
 
-def cell_job(matrix: matrices.Matrix, cell: matrices.Cell, *, envdir: Path, results_dir: Path,
+def cell_job(matrix: matrices.Matrix, cell: matrices.MatrixCell, *, envdir: Path, results_dir: Path,
              pytest_args: Sequence[str]) -> parallel.Job:
     """`cpugpu-conformance cell` for one cell, by the interpreter running this one."""
     command = [sys.executable, "-m", "cpugpu_conformance", "cell", cell.torch, "--device", cell.device.name,
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return error(PROG, str(exc))
     envdir = (args.envdir or project / ".nox").resolve()
     jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
-    cells.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
+    output.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
     return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
 
 
@@ -143,7 +144,7 @@ class Progress:
 
     def written_this_run(self, done: parallel.Finished) -> bool:
         """Exit 2 is a cell that refused to run (a busy path is another run's file)."""
-        return done.returncode != EXIT_USAGE and file_identity(self.path(done.name)) != self.before.get(done.name)
+        return done.returncode != ExitCode.USAGE and file_identity(self.path(done.name)) != self.before.get(done.name)
 
     def finished(self, done: parallel.Finished) -> str:
         if self.written_this_run(done):
@@ -186,7 +187,7 @@ def record_interrupted(path: Path, name: str, signum: int) -> bool:
     try:
         with results.exclusive(path):
             results.CellResult.new(name, "interrupted", detail=(
-                f"interrupted by {cells.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
+                f"interrupted by {processes.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
             )).write(path)
     except (results.ResultPathBusy, OSError):
         return False  # another run is writing it (its answer, not ours), or nothing can be written there
@@ -198,14 +199,14 @@ def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, s
     the exit code of the whole run."""
     unanswered = unanswered or {}
     names = [d.name for d in outcome.finished if d.name not in unanswered]
-    rows = cells.summarize(results_dir, names) if names else []
-    rows += [cells.unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
-    rows.sort(key=lambda r: (cells._sort_key(r.torch), r.device, r.cell))
+    rows = summary.summarize(results_dir, names) if names else []
+    rows += [summary.unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
+    rows.sort(key=lambda r: (results.release_key(r.torch), r.device, r.cell))
     if rows:
-        cells.say("\n" + cells.format_summary(rows))
+        output.say("\n" + summary.format_summary(rows))
     if outcome.not_started:
-        why = f"stopped by {cells.signal_name(outcome.signum)}" if outcome.signum else "not run"
-        cells.say(f"not started ({why}): {', '.join(outcome.not_started)}")
+        why = f"stopped by {processes.signal_name(outcome.signum)}" if outcome.signum else "not run"
+        output.say(f"not started ({why}): {', '.join(outcome.not_started)}")
     if outcome.signum is not None:
         return interrupted_exit(outcome.signum)
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]

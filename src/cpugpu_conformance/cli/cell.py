@@ -3,7 +3,7 @@
 What ``nox -t torch-RELEASE`` does, without nox: make the cell's environment (uv, the
 matrix's Python; reused when it is there), install the release's torch, its NumPy and the
 project, check it got that torch, run the suite and write results/<cell>.json and .log
-(cell.install_and_run). Exit 0 when the cell is clean, 1 when it is not (failed,
+(cells.install_and_run). Exit 0 when the cell is clean, 1 when it is not (failed,
 untested, not installed, crashed, ...), 2 for bad input (a release or device the matrix
 does not have, an option the cell sets itself among the pytest arguments, a result file
 another run is writing, a results folder it cannot write), 129, 130 or 143 when SIGHUP,
@@ -16,10 +16,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
-from cpugpu_conformance.cli_common import (
+from cpugpu_conformance.cli.common import (
     PathArgument,
     UsageError,
     add_matrix_option,
@@ -33,6 +31,9 @@ from cpugpu_conformance.cli_common import (
     refuse_owned_options,
     results_folder,
 )
+from cpugpu_conformance.runner import cell as cells
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import processes
 
 PROG = "cell"
 HELP = "install one matrix cell's torch in its own environment and run the suite there (what nox -t torch-X does)"
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Arguments after -- go to pytest (--promise 1, --impl pkg.mod:Cls, -k EXPR)."
 
 
-def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matrices.Cell:
+def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matrices.MatrixCell:
     """The matrix's cell for a listed release on a device; UsageError naming what is not in the matrix."""
     device = device or matrix.devices[0].name
     try:
@@ -62,10 +63,10 @@ def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matr
     raise UsageError(f"{matrix.path}: torch {torch} is not in the matrix (releases: {listed})")
 
 
-def run_matrix_cell(cell: matrices.Cell, *, env_dir: Path, python_version: str, results_dir: Path, project_dir: Path,
+def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version: str, results_dir: Path, project_dir: Path,
                     pytest_args: Sequence[str] = (), name: str | None = None) -> results.CellResult:
     """Make (or reuse) the environment, then install and run the cell. Raises results.ResultPathBusy
-    when another run holds its result path, cell.CellInterrupted after recording a signal."""
+    when another run holds its result path, processes.CellInterrupted after recording a signal."""
     spec = cells.CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
                                            pytest_args=pytest_args, name=name)
     return cells.create_env_and_run(spec, Path(env_dir), python_version)
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # From the start, not only once the cell holds its result path: a signal while the
         # matrix is read is an exit code too, never a traceback.
-        with cells.interrupts_raised():
+        with processes.interrupts_raised():
             pytest_args = getattr(args, "pytest_args", [])
             refuse_owned_options(pytest_args)
             results_dir = results_folder(args.results)
@@ -94,6 +95,6 @@ def run(args: argparse.Namespace) -> int:
         return error(PROG, str(exc))
     except results.ResultPathBusy as exc:  # another run holds it, or the cell cannot write there
         return error(PROG, str(exc))
-    except cells.CellInterrupted as exc:
+    except processes.CellInterrupted as exc:
         return interrupted_exit(exc.signum)
     return 0 if result.answer().clean else 1

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.runner import matrix as matrices
 
-EXIT_USAGE = 2
 # The matrix subcommands read matrix.yaml (pyyaml, jsonschema) and versions (packaging): the [tools] extra.
 TOOLS = ("yaml", "jsonschema", "packaging")
 
@@ -52,7 +52,7 @@ class PathArgument(argparse.Action):
                  option_string: str | None = None) -> None:
         if values == "":
             name = option_string or self.metavar or self.dest
-            parser.exit(EXIT_USAGE, f"{parser.prog}: error: {name} '': an empty path (it would stand for the "
+            parser.exit(ExitCode.USAGE, f"{parser.prog}: error: {name} '': an empty path (it would stand for the "
                                     "current folder)\n")
         setattr(namespace, self.dest, None if values is None else Path(values))
 
@@ -70,7 +70,7 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
 def results_folder(path: Path | None) -> Path:
     """--results (or its default), refused when a file stands where the folder would be: every
     cell would fail to write there, so nothing is run."""
-    from cpugpu_conformance.cell import file_in_the_way
+    from cpugpu_conformance.runner.cell import file_in_the_way
 
     folder = path or default_results()
     culprit = file_in_the_way(folder.absolute())
@@ -185,7 +185,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str], *, lenient: bool
         else:
             args = parser.parse_args(ours)
     except SystemExit as exc:  # argparse has printed the usage and the culprit
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     args.pytest_args = pytest_args
     return args
 
@@ -194,7 +194,7 @@ def error(prog: str, message: str) -> int:
     """Print bad input (one line per problem) and return the usage exit code."""
     for line in message.splitlines() or [""]:
         print(f"cpugpu-conformance {prog}: error: {line}", file=sys.stderr)
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 def interrupted_exit(signum: int) -> int:
@@ -203,6 +203,6 @@ def interrupted_exit(signum: int) -> int:
 
 
 def is_interrupted_exit(code: int) -> bool:
-    from cpugpu_conformance.cell import INTERRUPTING_SIGNALS
+    from cpugpu_conformance.runner.processes import INTERRUPTING_SIGNALS
 
     return code in {interrupted_exit(signum) for signum in INTERRUPTING_SIGNALS}

@@ -18,12 +18,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpugpu_conformance import bisect as bisecting
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
-from cpugpu_conformance.cli_cell import run_matrix_cell
-from cpugpu_conformance.cli_common import (
+from cpugpu_conformance.cli.cell import run_matrix_cell
+from cpugpu_conformance.cli.common import (
     PathArgument,
     UsageError,
     add_matrix_option,
@@ -37,6 +34,9 @@ from cpugpu_conformance.cli_common import (
     parser_for,
     refuse_owned_options,
 )
+from cpugpu_conformance.runner import bisection as bisecting
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import processes
 
 PROG = "bisect"
 HELP = "find the first torch release between GOOD and BAD whose verdicts or observed behaviour change"
@@ -94,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
                              find_links=_folders(matrix), offline=matrix.offline)
     except results.ResultPathBusy as exc:
         return error(PROG, str(exc))
-    except cells.CellInterrupted as exc:
+    except processes.CellInterrupted as exc:
         return interrupted_exit(exc.signum)
