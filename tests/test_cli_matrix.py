@@ -22,7 +22,6 @@ from cpugpu_conformance.cli import ExitCode
 from cpugpu_conformance.cli import bisection as cli_bisect
 from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.runner import bisection as bisect
-from cpugpu_conformance.runner import cell
 from cpugpu_conformance.runner import install as installing
 from cpugpu_conformance.runner import matrix as matrices
 
@@ -292,8 +291,13 @@ def test_record_unfinished_and_the_old_entry_point(tmp_path, capsys):
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: recorded as error"
     assert results.load(path).status == "error"
-    assert cell.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
+    assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: the cell's answer stands"
+    old = subprocess.run([sys.executable, "-m", "cpugpu_conformance.cell", "record-unfinished", str(path)],
+                         capture_output=True, text=True, check=False)
+    assert old.returncode == 2 and old.stdout == ""
+    assert old.stderr.strip().splitlines() == ["python -m cpugpu_conformance.cell is gone: use cpugpu-conformance "
+                                               "summary|record-unfinished|cell ..."]
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu"]) == 2
     assert "--session" in capsys.readouterr().err
 

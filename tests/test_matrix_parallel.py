@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from test_cell import HELD_SUITE, chatty_passing_suite, fake_python, held_suite_pids, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, wait_for
 from test_cli_matrix import one_error, write_matrix
+from test_runner_processes import HELD_SUITE, chatty_passing_suite, held_suite_pids
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for, writes_result
+from cell_helpers import fake_python, is_gone, wait_for, writes_result
+from test_runner_processes import HELD_SUITE, held_suite_pids
 
 from cpugpu_conformance import results
 from cpugpu_conformance.runner.matrix import load

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, wait_for
+from test_runner_processes import HELD_SUITE, held_suite_pids
 
 from cpugpu_conformance import results
 from cpugpu_conformance.runner import matrix as matrices

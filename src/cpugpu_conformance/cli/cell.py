@@ -17,20 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cpugpu_conformance import results
-from cpugpu_conformance.cli.common import (
-    PathArgument,
-    UsageError,
-    add_matrix_option,
-    add_results_option,
-    checkout,
-    error,
-    interrupted_exit,
-    load_matrix,
-    parse,
-    parser_for,
-    refuse_owned_options,
-    results_folder,
-)
+from cpugpu_conformance.cli import common
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import processes
@@ -41,12 +28,8 @@ HELP = "install one matrix cell's torch in its own environment and run the suite
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("torch", metavar="RELEASE", help="a torch release listed in the matrix (2.15.0, latest)")
-    parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
-    parser.add_argument("--env", action=PathArgument, metavar="DIR",
-                        help="the cell's environment, made when missing (default: .nox/<cell> in the checkout)")
-    add_matrix_option(parser)
-    add_results_option(parser)
-    parser.epilog = "Arguments after -- go to pytest (--promise 1, --impl pkg.mod:Cls, -k EXPR)."
+    common.add_cell_options(parser, env=("--env", "the cell's environment, made when missing (default: .nox/<cell> in the checkout)"),
+                            epilog="Arguments after -- go to pytest (--promise 1, --impl pkg.mod:Cls, -k EXPR).")
 
 
 def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matrices.MatrixCell:
@@ -55,12 +38,12 @@ def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matr
     try:
         matrix.device(device)
     except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
+        raise common.UsageError(exc.args[0]) from None
     for cell in matrix.cells:
         if matrices.same_version(cell.torch, torch) and cell.device.name == device:
             return cell
     listed = ", ".join(r.version for r in matrix.releases)
-    raise UsageError(f"{matrix.path}: torch {torch} is not in the matrix (releases: {listed})")
+    raise common.UsageError(f"{matrix.path}: torch {torch} is not in the matrix (releases: {listed})")
 
 
 def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version: str, results_dir: Path, project_dir: Path,
@@ -73,7 +56,7 @@ def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parse(parser_for(PROG, HELP, add_arguments), argv)
+    args = common.parse(common.parser_for(PROG, HELP, add_arguments), argv)
     return args if isinstance(args, int) else run(args)
 
 
@@ -83,18 +66,18 @@ def run(args: argparse.Namespace) -> int:
         # matrix is read is an exit code too, never a traceback.
         with processes.interrupts_raised():
             pytest_args = getattr(args, "pytest_args", [])
-            refuse_owned_options(pytest_args)
-            results_dir = results_folder(args.results)
-            matrix = load_matrix(args.matrix)
+            common.refuse_owned_options(pytest_args)
+            results_dir = common.results_folder(args.results)
+            matrix = common.load_matrix(args.matrix)
             cell = matrix_cell(matrix, args.torch, args.device)
-            project = checkout()
+            project = common.checkout()
             result = run_matrix_cell(cell, env_dir=args.env or project / ".nox" / cell.name,
                                      python_version=matrix.python, results_dir=results_dir,
                                      project_dir=project, pytest_args=pytest_args)
-    except UsageError as exc:
-        return error(PROG, str(exc))
+    except common.UsageError as exc:
+        return common.error(PROG, str(exc))
     except results.ResultPathBusy as exc:  # another run holds it, or the cell cannot write there
-        return error(PROG, str(exc))
+        return common.error(PROG, str(exc))
     except processes.CellInterrupted as exc:
-        return interrupted_exit(exc.signum)
+        return common.interrupted_exit(exc.signum)
     return 0 if result.answer().clean else 1

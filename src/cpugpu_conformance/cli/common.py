@@ -67,6 +67,19 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
                         help="where result files and logs go (default: $CONFORMANCE_RESULTS, else results)")
 
 
+def add_cell_options(parser: argparse.ArgumentParser, *, device: bool = True, env: tuple[str, str] | None = None,
+                     epilog: str = "") -> None:
+    """The options of the commands that run cells (cell, matrix, bisect): ``--device`` (one of the
+    matrix's), the environment folder (``env``: option name and help), ``--matrix``, ``--results``."""
+    if device:
+        parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
+    if env:
+        parser.add_argument(env[0], action=PathArgument, metavar="DIR", help=env[1])
+    add_matrix_option(parser)
+    add_results_option(parser)
+    parser.epilog = epilog
+
+
 def results_folder(path: Path | None) -> Path:
     """--results (or its default), refused when a file stands where the folder would be: every
     cell would fail to write there, so nothing is run."""
@@ -91,7 +104,7 @@ def load_matrix(path: Path | None) -> matrices.Matrix:
 def checkout() -> Path:
     """The project checkout whose conformance/ the cells run (and which they install, editable):
     the one this package was imported from, else the current folder."""
-    here = Path(__file__).resolve().parents[2]  # src/cpugpu_conformance/ -> the checkout
+    here = Path(__file__).resolve().parents[3]  # src/cpugpu_conformance/cli/ -> the checkout
     for folder in (here, Path.cwd()):
         if (folder / "conformance" / "conftest.py").is_file() and (folder / "pyproject.toml").is_file():
             return folder

@@ -1,7 +1,7 @@
 """``cpugpu-conformance matrix [--jobs N] [CELL|TAG...] [-- PYTEST_ARGS]``: the matrix, N cells at a time.
 
 Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own environment
-(<envdir>/<cell>, default .nox/ in the checkout: the ones ``cell`` makes and reuses) and its
+(<envdir>/<cell>, default .nox/ in the common.checkout: the ones ``cell`` makes and reuses) and its
 own result file and log (results/<cell>.json and .log). The output is one line when a cell
 starts (with its log) and one when it ends (its answer); ``--stream`` adds every line of
 every cell, prefixed by the cell's name. SIGINT, SIGTERM or SIGHUP (the terminal closed)
@@ -22,20 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cpugpu_conformance import output, results
-from cpugpu_conformance.cli.common import (
-    PathArgument,
-    UsageError,
-    add_matrix_option,
-    add_results_option,
-    checkout,
-    error,
-    interrupted_exit,
-    load_matrix,
-    parse,
-    parser_for,
-    refuse_owned_options,
-    results_folder,
-)
+from cpugpu_conformance.cli import common
 from cpugpu_conformance.cli.exits import ExitCode
 from cpugpu_conformance.report import summary
 from cpugpu_conformance.runner import matrix as matrices
@@ -43,7 +30,7 @@ from cpugpu_conformance.runner import parallel, processes
 
 PROG = "matrix"
 HELP = "run the matrix's cells (or those named) side by side, --jobs at a time, then the summary table"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds cpugpu_conformance/
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds cpugpu_conformance/
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,16 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these cells (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu); default: all")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="cells at a time (default: the number of CPUs, %(default)s here)")
-    parser.add_argument("--envdir", action=PathArgument, metavar="DIR",
-                        help="folder of the cells' environments, one per cell (default: .nox in the checkout)")
     parser.add_argument("--stream", action="store_true", help="print every line of every cell, prefixed by its name")
-    add_matrix_option(parser)
-    add_results_option(parser)
-    parser.epilog = "Arguments after -- go to pytest in every cell (--promise 1,2)."
+    common.add_cell_options(parser, device=False,
+                            env=("--envdir", "folder of the cells' environments, one per cell (default: .nox in the checkout)"),
+                            epilog="Arguments after -- go to pytest in every cell (--promise 1,2).")
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parse(parser_for(PROG, HELP, add_arguments), argv)
+    args = common.parse(common.parser_for(PROG, HELP, add_arguments), argv)
     return args if isinstance(args, int) else run(args)
 
 
@@ -84,17 +69,17 @@ def run(args: argparse.Namespace) -> int:
     pytest_args = getattr(args, "pytest_args", [])
     try:
         if args.jobs < 1:
-            raise UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
-        refuse_owned_options(pytest_args)
-        results_dir = results_folder(args.results).resolve()
-        matrix = load_matrix(args.matrix)
+            raise common.UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
+        common.refuse_owned_options(pytest_args)
+        results_dir = common.results_folder(args.results).resolve()
+        matrix = common.load_matrix(args.matrix)
         try:
             chosen = matrix.select(args.select)
         except KeyError as exc:
-            raise UsageError(exc.args[0]) from None
-        project = checkout()
-    except UsageError as exc:
-        return error(PROG, str(exc))
+            raise common.UsageError(exc.args[0]) from None
+        project = common.checkout()
+    except common.UsageError as exc:
+        return common.error(PROG, str(exc))
     envdir = (args.envdir or project / ".nox").resolve()
     jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
     output.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
@@ -208,7 +193,7 @@ def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, s
         why = f"stopped by {processes.signal_name(outcome.signum)}" if outcome.signum else "not run"
         output.say(f"not started ({why}): {', '.join(outcome.not_started)}")
     if outcome.signum is not None:
-        return interrupted_exit(outcome.signum)
+        return common.interrupted_exit(outcome.signum)
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
     return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
 
