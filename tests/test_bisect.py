@@ -433,9 +433,9 @@ def test_online_run_lists_the_folder_and_the_index(tmp_path, monkeypatch, capsys
 def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path, monkeypatch, capsys):
     """The matrix says offline: true and find_links: the command never asks PyPI, and every cell it
     runs installs with the installer offline, from that folder."""
-    from cpugpu_conformance import cell as cells
     from cpugpu_conformance.cli import bisection as cli_bisect
     from cpugpu_conformance.cli import dispatch as cli
+    from cpugpu_conformance.runner import cell as cells
 
     no_network(monkeypatch)
     folder = fake_wheels(tmp_path / "wheels", ["2.13.0", "2.14.1", "2.15.0"])

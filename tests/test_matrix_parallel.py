@@ -116,7 +116,8 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
 RUNNER = """\
 import sys
 from pathlib import Path
-from cpugpu_conformance.runner import cell
+from cpugpu_conformance.runner import cell as cells
+from cpugpu_conformance.runner import processes
 from cpugpu_conformance.runner.matrix import Release
 name, python = sys.argv[1], sys.argv[2]
 spec = cells.CellSpec(name=name, release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",

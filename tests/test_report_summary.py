@@ -12,6 +12,7 @@ import result_factory as rf
 from cell_helpers import fake_python, spec
 
 from cpugpu_conformance import results
+from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 from cpugpu_conformance.report import summary
 from cpugpu_conformance.runner import cell
@@ -81,12 +82,12 @@ def test_summary_table_shows_each_cells_answer_and_why(tmp_path: Path) -> None:
 
 def test_summary_exits_0_only_when_every_cell_is_clean(tmp_path: Path) -> None:
     d = summary_folder(tmp_path)
-    assert cell.main(["summary", str(d)]) == 1
-    assert cell.main(["summary", str(d), "--cells", "torch-2.13.0-cpu"]) == 0
+    assert cli.main(["summary", str(d)]) == 1
+    assert cli.main(["summary", str(d), "--cells", "torch-2.13.0-cpu"]) == 0
     for name in ALL_CELLS:
         if name != "torch-2.13.0-cpu":
-            assert cell.main(["summary", str(d), "--cells", f"torch-2.13.0-cpu,{name}"]) == 1, name
-    assert cell.main(["summary", str(tmp_path / "empty")]) == 2
+            assert cli.main(["summary", str(d), "--cells", f"torch-2.13.0-cpu,{name}"]) == 1, name
+    assert cli.main(["summary", str(tmp_path / "empty")]) == 2
 
 
 def test_summary_without_names_reads_every_result_file(tmp_path: Path) -> None:

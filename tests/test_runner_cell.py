@@ -150,7 +150,7 @@ def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_pat
     script.write_text(textwrap.dedent(f"""\
         import sys
         from pathlib import Path
-        from cpugpu_conformance.runner import cell
+        from cpugpu_conformance.runner import cell, processes
         from cpugpu_conformance.runner.matrix import Release
         spec = cell.CellSpec(name="torch-{release}-cpu", release=Release({release!r}), device="cpu", hypothesis_profile="ci",
                              time_limit_s=600, results_dir=Path({str(tmp_path / "results")!r}), project_dir=Path({str(ROOT)!r}),

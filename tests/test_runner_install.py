@@ -127,7 +127,7 @@ SLOW_INSTALLER = """\
 INSTALL_RUNNER = """\
     import sys
     from pathlib import Path
-    from cpugpu_conformance.runner import cell
+    from cpugpu_conformance.runner import install as installer
     done = installer.run_installer({cmd!r}, log_path=Path({log!r}), heartbeat_s={heartbeat!r})
     print("runner:", "ok" if done.ok else "failed", "kept:", done.output.replace(chr(10), " | "), flush=True)
 """
@@ -233,7 +233,8 @@ def test_an_installer_that_cannot_start_is_a_failed_install_not_a_crash(tmp_path
 INSTALL_AND_RUN = """\
     import sys
     from pathlib import Path
-    from cpugpu_conformance.runner import cell
+    from cpugpu_conformance.runner import cell, processes
+    from cpugpu_conformance.runner import install as installer
     from cpugpu_conformance.runner.matrix import Release
     installer.install_command = lambda *args, **kw: {cmd!r}
     spec = cell.CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",

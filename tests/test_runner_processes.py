@@ -21,6 +21,7 @@ from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, w
 from child_signals import default_sigint
 
 from cpugpu_conformance import results
+from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.runner import cell, processes
 from cpugpu_conformance.runner import install as installer
 
@@ -155,7 +156,7 @@ HELD_SUITE = """\
 RUNNER = """\
     import sys
     from pathlib import Path
-    from cpugpu_conformance.runner import cell
+    from cpugpu_conformance.runner import cell, processes
     from cpugpu_conformance.runner.matrix import Release
     spec = cell.CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
                          time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
@@ -260,7 +261,7 @@ def test_a_runner_killed_outright_leaves_interrupted_never_the_old_pass(held_run
     result = on_disk(s)
     assert result.status == "interrupted"
     assert "did not finish: it was killed, or is still running" in result["detail"]
-    assert cell.main(["summary", str(s.results_dir)]) == 1
+    assert cli.main(["summary", str(s.results_dir)]) == 1
     run.cleanup()  # its suite outlived it (its own session); the next run must not mind the leftovers
     after = cell.run_cell(s, fake_python(tmp_path / "later", writes_result("passed")))
     assert after.answer().clean and on_disk(s) == after
