@@ -21,6 +21,7 @@ import pytest
 from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, wait_for, writes_result
 
 from cpugpu_conformance import results
+from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.runner import cell, processes
 from cpugpu_conformance.runner import install as installer
 from cpugpu_conformance.runner.cell import CellSpec
@@ -347,7 +348,7 @@ def test_fallback_keeps_an_answer_that_stands(tmp_path: Path) -> None:
     before = path.read_bytes()
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s") is None
     assert path.read_bytes() == before
-    assert cell.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
+    assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
 
 
 # --------------------------------------------------------------------------- the real suite (issue 4)
