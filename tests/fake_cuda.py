@@ -10,7 +10,6 @@ modes they set: the logic is tested on the CPU, the GPU only confirms what CUDA 
 from __future__ import annotations
 
 import contextlib
-import types
 from typing import Any
 
 SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
@@ -108,7 +107,3 @@ def patch_torch(monkeypatch: Any, cuda: FakeCuda) -> FakeCuda:
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     return cuda
 
-
-def namespace(cuda: FakeCuda, **values: Any) -> dict[str, Any]:
-    """Globals for exec'ing a reproducer's source against `cuda`, with a device of type cuda."""
-    return {"torch": types.SimpleNamespace(cuda=cuda), "device": types.SimpleNamespace(type="cuda"), **values}
