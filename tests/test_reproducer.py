@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import types
 
+import numpy as np
 import pytest
 import torch
 from reproducer_parts import definitions, script_for, suite_functions, top_level_defs
@@ -22,7 +24,7 @@ from cpugpu_conformance.reference import CpuGpuBuffer
 from cpugpu_conformance.testing import checks, contexts, helpers, mutability, stateful
 from cpugpu_conformance.testing.base import BufferTests
 from cpugpu_conformance.testing.device_promises import ORDERED_COPIES, copy_outlasting_a_stall, copy_refusing_sync
-from cpugpu_conformance.testing.reproducer import Name, Record, Scenario, import_line
+from cpugpu_conformance.testing.reproducer import Name, Record, Scenario, import_line, literal
 
 OK = "ok: the promise held"
 REFERENCE = import_line(CpuGpuBuffer)
@@ -300,6 +302,15 @@ def test_the_definitions_read_nothing_but_what_the_script_gives_them():
     assert ns["zeroed"].__globals__ is ns and "devices" not in ns
     buf = CpuGpuBuffer(2, dtype=torch.float32, device=torch.device("cpu"), pin_memory=False)
     ns["zeroed"](buf, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.float32, np.int8, np.uint8, np.float16, np.complex64, np.int64])
+def test_an_array_literal_needs_nothing_of_numpy_but_array(dtype):
+    """The state machine binds its model as arrays; np.bool (NumPy 2's name) is missing from the NumPy 1
+    that torch 2.2 and older run with (matrix.yaml): a reproducer spelling it failed against the reference."""
+    value = np.array([[0, 1], [1, 0]], dtype=dtype)
+    back = eval(literal(value), {"np": types.SimpleNamespace(array=np.array)})
+    assert back.dtype == value.dtype and (back == value).all()
 
 
 def test_the_header_names_the_promise_blamed_and_what_the_device_needs():
