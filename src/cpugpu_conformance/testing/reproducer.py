@@ -82,7 +82,8 @@ def literal(value: Any) -> str:
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"  # as callers pass it, not "device(type='cpu')"
     if isinstance(value, np.ndarray):
-        return f"np.array({value.tolist()!r}, dtype=np.{value.dtype.name})"
+        # The dtype by its name: np.bool is NumPy 2's spelling only (NumPy 1.24 to 1.26 have np.bool_).
+        return f"np.array({value.tolist()!r}, dtype={value.dtype.name!r})"
     return repr(value)
 
 
