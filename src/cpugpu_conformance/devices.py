@@ -25,6 +25,15 @@ def _never() -> bool:
     return False
 
 
+def nothing_queued(device):
+    """Work on this device is done when the call that queued it returns: there is nothing to wait for."""
+
+
+def no_state(device):
+    """This device has no per-thread state of its own."""
+    return {}
+
+
 @dataclass(frozen=True)
 class Device:
     name: str  # torch's device type: the --device value and the key in every result file
@@ -33,28 +42,33 @@ class Device:
     # pin_memory=True asks for page-locked host memory for copies to this device (promise 10);
     # where it does not apply, only pin_memory=False is drawn (promise 11 records the rest).
     pinning: bool = False
-    # Statements that wait until queued work (non-blocking copies) has landed; "" when none is queued.
-    # They wait for the caller's current stream only, as the contract says (promise 10), never for
-    # the whole device: a copy queued on a stream the caller does not wait for must be caught.
-    sync: str = ""
-    # Statements queueing a long job on the current stream of `buf`'s device, and an expression that
-    # is True once every job queued there is done. Work queued behind the job must land in order
-    # (promise 10), and a copy that returns while the job still runs did not block (the fallback).
-    stall: str = ""
-    idle: str = ""
-    # Statements around a call that turn a synchronize hidden in it into an exception whose message
-    # holds `sync_refusal` (promise 10, deterministic); `forbids_sync` says whether this torch can.
-    forbid_sync: str = ""
-    allow_sync: str = ""
+    # The functions below run in the suite and are written into reproducers as they are
+    # (testing/reproducer.py): each imports torch in its body, as this module imports it lazily.
+    # sync(device): wait until queued work (non-blocking copies) has landed. It waits for the
+    # caller's current stream only, as the contract says (promise 10), never for the whole device:
+    # a copy queued on a stream the caller does not wait for must be caught.
+    sync: Callable[[Any], None] = nothing_queued
+    # stall(buf): queue a long job on the current stream of buf's device; idle(buf): True once every
+    # job queued there is done. Work queued behind the job must land in order (promise 10), and a
+    # copy that returns while the job still runs did not block (the fallback). None: no such thing.
+    stall: Callable[[Any], None] | None = None
+    idle: Callable[[Any], bool] | None = None
+    # forbid_sync(device) -> previous: from now a synchronize hidden in a call raises an exception whose
+    # message holds `sync_refusal` (promise 10, deterministic); allow_sync(device, previous) undoes it.
+    # `forbids_sync` says whether this torch can.
+    forbid_sync: Callable[[Any], Any] | None = None
+    allow_sync: Callable[[Any, Any], None] | None = None
     sync_refusal: str = ""
     forbids_sync: Callable[[], bool] = _never
     # The environment variable that makes every launch and copy synchronous, so that whether a copy
     # blocks cannot be seen ("" when the device has none).
     launch_blocking_env: str = ""
-    # (label, expression): per-thread state of this device a buffer must leave as it found it (promise 12).
-    caller_state: tuple[tuple[str, str], ...] = ()
-    # (name, template binding `buf` from the constructor call `{make}`): creation contexts only this device has.
-    contexts: tuple[tuple[str, str], ...] = ()
+    # caller_state(device) -> {label: value}: per-thread state of this device a buffer must leave as it
+    # found it (promise 12).
+    caller_state: Callable[[Any], dict] = no_state
+    # Creation contexts only this device has: functions context(make, *args) -> make(*args) called
+    # inside the context (testing/contexts.py has the common ones).
+    contexts: tuple[Callable[..., Any], ...] = ()
     # (name, why): a context of this device that is the plain one on this machine (why returns a
     # reason), so that a check that it leaves the caller's state alone cannot fire (promise 12).
     inert_contexts: tuple[tuple[str, Callable[[], str | None]], ...] = ()
@@ -103,46 +117,100 @@ def _cuda_forbids_sync() -> bool:
     return hasattr(torch.cuda, "set_sync_debug_mode") and hasattr(torch.cuda, "get_sync_debug_mode")
 
 
+def cuda_sync(device):
+    """The caller's current stream on every device (a buffer may live on any of them), not
+    torch.cuda.synchronize(), which waits for every stream and hides a copy on a private one."""
+    import torch
+
+    for index in range(torch.cuda.device_count()):
+        torch.cuda.current_stream(index).synchronize()
+
+
+def cuda_stall(buf):
+    """About 17 ms of GPU time at 2 GHz: thousands of times what the host takes to queue what follows."""
+    import torch
+
+    with torch.cuda.device(buf.gpu.device):
+        torch.cuda._sleep(1 << 25)
+
+
+def cuda_idle(buf):
+    """Whether every job queued on the current stream of buf's device is done."""
+    import torch
+
+    return torch.cuda.current_stream(buf.gpu.device).query()
+
+
+def cuda_forbid_sync(device):
+    """torch >= 1.10: in "error" mode a synchronizing CUDA call raises (a blocking copy included).
+    The mode is process-wide, so allow_sync puts the previous one back at once. Setting it warns
+    that the mode is a prototype: no part of the check, and an error under `-W error`."""
+    import warnings
+
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.cuda.set_sync_debug_mode("error")
+    return previous
+
+
+def cuda_allow_sync(device, previous):
+    import torch
+
+    torch.cuda.set_sync_debug_mode(previous)
+
+
+def cuda_caller_state(device):
+    import torch
+
+    return {"current CUDA device": torch.cuda.current_device(), "current CUDA stream": torch.cuda.current_stream()}
+
+
+def default_device_cuda(make, *args):
+    import torch
+
+    with torch.device("cuda"):
+        return make(*args)
+
+
+def cuda_device_last(make, *args):
+    import torch
+
+    with torch.cuda.device(torch.cuda.device_count() - 1):
+        return make(*args)
+
+
+def cuda_side_stream(make, *args):
+    """The zero-fill is queued on the side stream: the caller's stream waits for it once the
+    context is left, before the tensors are used there (CUDA's rule for crossing streams)."""
+    import torch
+
+    side_stream = torch.cuda.Stream()
+    with torch.cuda.stream(side_stream):
+        made = make(*args)
+    torch.cuda.current_stream().wait_stream(side_stream)
+    return made
+
+
 CPU = Device("cpu")
 
 CUDA = Device(
     "cuda",
     needs="a CUDA device",
     pinning=True,
-    # The caller's current stream on every device (a buffer may live on any of them), not
-    # torch.cuda.synchronize(), which waits for every stream and hides a copy on a private one.
-    sync="for index in range(torch.cuda.device_count()):\n    torch.cuda.current_stream(index).synchronize()",
-    # About 17 ms of GPU time at 2 GHz: thousands of times what the host takes to queue what follows.
-    stall="with torch.cuda.device(buf.gpu.device):\n    torch.cuda._sleep(1 << 25)",
-    idle="torch.cuda.current_stream(buf.gpu.device).query()",
-    # torch >= 1.10: in "error" mode a synchronizing CUDA call raises (a blocking copy included);
-    # the mode is process-wide, so the previous one is put back at once. Setting it warns once
-    # that the mode is a prototype: no part of the check, and an error under `-W error`.
-    forbid_sync=(
-        "import warnings\n\nprevious_sync_debug_mode = torch.cuda.get_sync_debug_mode()\n"
-        "with warnings.catch_warnings():\n    warnings.simplefilter(\"ignore\")\n"
-        '    torch.cuda.set_sync_debug_mode("error")'
-    ),
-    allow_sync="torch.cuda.set_sync_debug_mode(previous_sync_debug_mode)",
+    sync=cuda_sync,
+    stall=cuda_stall,
+    idle=cuda_idle,
+    forbid_sync=cuda_forbid_sync,
+    allow_sync=cuda_allow_sync,
     sync_refusal="called a synchronizing",  # torch: "called a synchronizing CUDA operation"
     forbids_sync=_cuda_forbids_sync,
     launch_blocking_env="CUDA_LAUNCH_BLOCKING",
-    caller_state=(
-        ("current CUDA device", "torch.cuda.current_device()"),
-        ("current CUDA stream", "torch.cuda.current_stream()"),
-    ),
-    contexts=(
-        # A default CUDA device, the last device made current, a side stream.
-        ("default_device_cuda", 'with torch.device("cuda"):\n    buf = {make}\n'),
-        ("cuda_device_last", "with torch.cuda.device(torch.cuda.device_count() - 1):\n    buf = {make}\n"),
-        # The zero-fill is queued on the side stream: the caller's stream waits for it once the
-        # context is left, before the tensors are used there (CUDA's rule for crossing streams).
-        (
-            "cuda_side_stream",
-            "side_stream = torch.cuda.Stream()\nwith torch.cuda.stream(side_stream):\n    buf = {make}\n"
-            "torch.cuda.current_stream().wait_stream(side_stream)\n",
-        ),
-    ),
+    caller_state=cuda_caller_state,
+    # A default CUDA device, the last device made current, a side stream.
+    contexts=(default_device_cuda, cuda_device_last, cuda_side_stream),
     inert_contexts=(("cuda_device_last", _cuda_last_device_is_current),),
     missing=_cuda_missing,
 )
@@ -203,24 +271,12 @@ def non_blocking_check(device: Device, environ: Mapping[str, str], forbids_sync:
     if var and _switched_on(environ.get(var)):
         return NonBlockingCheck(None, f"{var}={environ[var]} makes every {device.name} launch and copy wait for the "
                                       "work queued before it: whether the copies block cannot be seen (run without it)")
-    if device.forbid_sync and forbids_sync:
+    if device.forbid_sync is not None and forbids_sync:
         return NonBlockingCheck("forbid_sync")
-    if device.stall and device.idle:
+    if device.stall is not None and device.idle is not None:
         return NonBlockingCheck("stall")
     return NonBlockingCheck(None, f"this torch cannot refuse a synchronize on {device.name}, and the registry has no "
                                   "way to queue a long job there: whether the copies block cannot be seen")
-
-
-def per_device(source: Callable[[Device], str], indent: str = "    ") -> str:
-    """``if device.type == "<name>":`` blocks, one per device that has source: standalone
-    reproducer text, generated from the registry so the suite itself never names a device."""
-    blocks = []
-    for d in REGISTRY.values():
-        body = source(d).strip("\n")
-        if body:
-            lines = "".join(f"{indent}    {line}\n" for line in body.splitlines())
-            blocks.append(f'{indent}if device.type == "{d.name}":\n{lines}')
-    return "".join(blocks) or f"{indent}pass\n"
 
 
 def environment() -> dict[str, Any]:

@@ -1,13 +1,21 @@
-"""Source snippets shared by the tests; each is executed by the suite and pasted into reproducers.
+"""Helpers the checks share: bytes of any dtype and layout, and waiting for a device.
 
-What differs by device (how to synchronize) is generated from the registry, devices.py.
+Plain functions, run by the suite and written into reproducers as they are (reproducer.py),
+so each imports nothing the reproducer lacks: torch, numpy and one another. They work for
+every dtype, float8 and sub-byte ones included, by treating elements as bytes, and for every
+layout a correct class may hand out (tests/test_layouts.py draws them).
 """
+
+from __future__ import annotations
+
+import numpy as np
+import torch
 
 from cpugpu_conformance import devices
 
-# Defined in every scenario that reads or writes contents: works for every dtype,
-# float8 and sub-byte ones included, by treating elements as bytes.
-BYTE_HELPERS = '''
+from .reproducer import per_device
+
+
 def byte_view(t):
     """A uint8 tensor over t's own memory, one row of element_size() bytes per element.
 
@@ -44,8 +52,30 @@ def fill_bytes(t, seed):
     t.copy_(pattern.view(t.dtype).reshape(t.shape).to(t.device))
 
 
-def sync():
-    """Non-blocking copies have landed only once the stream is synchronized."""
-''' + devices.per_device(lambda d: d.sync)
+def np_fill(a, seed):
+    """Overwrite every byte of the array in place, through NumPy (a pattern repeating every 251 bytes).
 
-CONSTRUCT = "Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)"
+    Assigned element-wise, so any layout takes it: a.reshape(-1) of a strided array is a copy.
+    """
+    period = ((np.arange(251, dtype=np.int64) * 13 + seed * 17 + 3) % 251 + 1).astype(np.uint8)
+    pattern = np.resize(period % 2 if a.dtype == np.bool_ else period, a.size * a.itemsize)
+    a[...] = pattern.view(a.dtype).reshape(a.shape)
+
+
+def expected_bytes(t, seed):
+    """A fresh host tensor like `t`, filled with the pattern `seed` writes."""
+    model = torch.empty(t.shape, dtype=t.dtype)
+    fill_bytes(model, seed)
+    return model
+
+
+def host(t):
+    """Contents as a NumPy array on the host (bfloat16 widened to float32, exactly)."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+
+@per_device("sync")
+def sync(device):
+    """Non-blocking copies have landed only once the caller's current stream is synchronized."""
+    devices.get(device.type).sync(device)

@@ -13,6 +13,16 @@ from cpugpu_conformance import devices
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 
 
+# How the run spells the plugin's options, for its one-line errors: the plugin's own names, or
+# the shipped suite's (conformance/conftest.py: --device, --promise, --cell-result, --cell-name).
+FLAGS = {
+    "device": "--cpugpu-device",
+    "promise": "--cpugpu-promise",
+    "cell_result": "--cpugpu-cell-result",
+    "cell_name": "--cpugpu-cell-name",
+}
+
+
 @dataclass(frozen=True)
 class DevicePlan:
     """Devices split three ways: tested; asked for but missing (skipped, never passed); not asked for."""
@@ -59,7 +69,7 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
         option,
         tuple(d for d in wanted if d not in unavailable),
         skipped={d: unavailable[d] for d in wanted if d in unavailable},
-        not_requested={d: f"not requested (--device {option})" for d in DEVICES if d not in wanted},
+        not_requested={d: f"not requested ({FLAGS['device']} {option})" for d in DEVICES if d not in wanted},
         accelerators=present,
     )
 
@@ -67,7 +77,7 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
 def check_device_option(option: str | None) -> None:
     """--device names a device of the registry, or all (None: the default)."""
     if option is not None and option != "all" and option not in DEVICES:
-        raise pytest.UsageError(f"--device {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
+        raise pytest.UsageError(f"{FLAGS['device']} {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
 
 
 def as_facts(plan: DevicePlan) -> dict[str, object]:
@@ -91,7 +101,7 @@ def select_promises(option: str | None) -> frozenset[str] | None:
     chosen = {p.strip() for p in option.split(",") if p.strip()}
     unknown = sorted(chosen - PROMISES.keys())
     if unknown or not chosen:
-        raise pytest.UsageError(f"--promise {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
+        raise pytest.UsageError(f"{FLAGS['promise']} {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
     return frozenset(chosen)
 
 
@@ -100,10 +110,10 @@ def in_contract_order(promises: frozenset[str] | None) -> list[str] | None:
 
 
 def marked_devices(names: list[str]) -> frozenset[str]:
-    """The devices a ``@pytest.mark.devices(...)`` marker names; ValueError names one the registry lacks."""
+    """The devices a ``@pytest.mark.cpugpu_devices(...)`` marker names; ValueError names one the registry lacks."""
     unknown = sorted(set(names) - set(DEVICES))
     if unknown:
-        raise ValueError(f"@pytest.mark.devices names unknown device {unknown[0]!r}; expected {', '.join(DEVICES)}")
+        raise ValueError(f"@pytest.mark.cpugpu_devices names unknown device {unknown[0]!r}; expected {', '.join(DEVICES)}")
     return frozenset(names)
 
 

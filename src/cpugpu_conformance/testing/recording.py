@@ -26,20 +26,33 @@ import pytest
 from cpugpu_conformance import devices, results
 from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
 
-from .plan import DevicePlan, in_contract_order
+from .plan import FLAGS, DevicePlan, in_contract_order
 
 if TYPE_CHECKING:  # repro imports torch, which xdist's controller never needs
-    from .repro import Record
+    from .reproducer import Record
 
 # What pytest_configure works out once, for the hooks and fixtures.
-IMPL = pytest.StashKey[Any]()
+IMPL = pytest.StashKey[Any]()  # the shipped suite's loaded --impl (impl.Impl)
+IMPL_SPEC = pytest.StashKey[str]()  # how the result file names the class under test
 PLAN: pytest.StashKey[DevicePlan | None] = pytest.StashKey()  # None: xdist's controller, until a worker reports
 PROMISE_FILTER = pytest.StashKey[Any]()
 WARNINGS = pytest.StashKey[list]()
+# Set by a run that wants the suite's exit status whatever it writes (the shipped suite).
+SUITE_EXIT = pytest.StashKey[bool]()
+# Set by the shipped suite: loads the class under test, after the torch observations are taken
+# (a class may patch torch when imported). Raises pytest.UsageError for bad input.
+LOAD_CLASS = pytest.StashKey[Any]()
+# The classes the collected tests are against: the result file names them.
+TESTED_CLASSES = pytest.StashKey[list]()
 # The one-line refusal of an xdist worker that could not load the class under test.
 REFUSED = pytest.StashKey[str]()
 # The test's own Record (reproducer, blame, observation), put on its item by the fixture.
 RECORD: pytest.StashKey[Record] = pytest.StashKey()
+
+# The markers the plugin registers (namespaced: a project's own `promise` marker is its own).
+PROMISE_MARK = "cpugpu_promise"
+DEVICES_MARK = "cpugpu_devices"
+COSTLY_MARK = "cpugpu_costly"
 
 REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
 
@@ -70,7 +83,7 @@ def exit_status(pytest_status: int, answer: results.Answer) -> int:
 
 
 def promises_of(item: pytest.Item) -> set[str]:
-    return {str(n) for mark in item.iter_markers("promise") for n in mark.args}
+    return {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
 
 
 def device_of(item: pytest.Item) -> str | None:
@@ -188,8 +201,11 @@ class CellRecorder:
     answer and, with a ``path``, writes the result file."""
 
     def __init__(self, config: pytest.Config, path: str | None, name: str, chosen: frozenset[str] | None,
-                 impl: str, profile: str) -> None:
+                 impl: str, profile: str, *, sets_exit: bool = True) -> None:
         self.config = config
+        # Whether the answer sets the run's exit status: in the shipped suite always, in a
+        # project's own run only with a result file (its exit code then says what the file says).
+        self.sets_exit = sets_exit
         self.path = path
         self.name = name
         self.chosen = chosen
@@ -223,14 +239,14 @@ class CellRecorder:
         try:
             stack.enter_context(results.exclusive(self.path))
         except (results.ResultPathBusy, results.NotRegularFile) as exc:
-            raise pytest.UsageError(f"--cell-result {exc}") from None
+            raise pytest.UsageError(f"{FLAGS['cell_result']} {exc}") from None
         except OSError as exc:
-            raise pytest.UsageError(f"--cell-result {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise pytest.UsageError(f"{FLAGS['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
         self.config.add_cleanup(stack.close)
         try:
             results.placeholder(self.name, **self._run_fields()).write(self.path)
         except OSError as exc:
-            raise pytest.UsageError(f"--cell-result {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise pytest.UsageError(f"{FLAGS['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
 
     def observe(self) -> None:
         """The torch behaviour the contract rests on, taken before the class under test is imported."""
@@ -329,7 +345,7 @@ class CellRecorder:
         if inapplicable is not None:
             return {"verdict": "not_applicable", "reason": inapplicable, **out}
         if self.chosen is not None and promise not in self.chosen:
-            return {"verdict": "not_requested", "reason": "not selected (--promise)", **out}
+            return {"verdict": "not_requested", "reason": f"not selected ({FLAGS['promise']})", **out}
         if dev["status"] == "skipped":
             return {"verdict": "skipped", "reason": dev["reason"], **out}
         if tally.failed:
@@ -374,11 +390,12 @@ class CellRecorder:
         if self.plan is None:
             # xdist's controller, and no worker finished its start-up (they all went down, and
             # the suite says so): nothing was tested, and no test crashed.
-            if session.exitstatus == pytest.ExitCode.OK:
+            if session.exitstatus == pytest.ExitCode.OK and self.sets_exit:
                 session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
             return
         status, detail, stop_warnings = self._status(session)
-        if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) \
+                and self.sets_exit:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
         verdicts = {
             "devices": {d: self.plan.entry(d) for d in DEVICES},
@@ -391,7 +408,9 @@ class CellRecorder:
         # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
         self.answer = results.new_result(self.name, status, detail=detail, environment=run_fields["environment"],
                                          **verdicts).answer()
-        session.exitstatus = self.exitstatus = exit_status(session.exitstatus, self.answer)
+        self.exitstatus = exit_status(session.exitstatus, self.answer)
+        if self.sets_exit:
+            session.exitstatus = self.exitstatus
         if self.path is None:
             return
         self._write(results.new_result(

@@ -1,0 +1,56 @@
+"""The CpuGpuBuffer contract as a library of pytest test classes, for a team's own test suite.
+
+    # conftest.py
+    pytest_plugins = ["cpugpu_conformance.testing.plugin"]
+
+    # tests/test_our_buffer.py
+    from cpugpu_conformance.testing import BufferContractTests
+
+    class TestOurBuffer(BufferContractTests):
+        buffer_cls = OurBuffer
+
+Each area of the contract is a class of its own (ShapeAndDtypeTests, ZeroedTests, ...;
+`AREAS`), composed into BufferContractTests; `BufferStateMachine` runs the state machine
+against a class; `strategies` draws what the tests draw. The names are imported on first
+use, so that enabling the plugin (which imports this package) does not fix the hypothesis
+settings of the tests before the project's conftest.py has loaded its own profile.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "BufferContractTests": "contract",
+    "AREAS": "contract",
+    "ShapeAndDtypeTests": "construction",
+    "ZeroedTests": "construction",
+    "StorageTests": "construction",
+    "MutabilityTests": "mutability",
+    "NumpyViewTests": "numpy_view",
+    "ExoticDtypeTests": "numpy_view",
+    "CopyTests": "copies",
+    "StoragesForLifeTests": "copies",
+    "DeviceTests": "device_promises",
+    "SideEffectTests": "side_effects",
+    "IndependenceTests": "independence",
+    "EngineScaleTests": "engine_scale",
+    "StateMachineTests": "stateful",
+    "BufferStateMachine": "stateful",
+    "BufferTests": "base",
+}
+
+__all__ = [*_WHERE, "strategies"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "strategies":
+        return importlib.import_module(f"{__name__}.strategies")
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,141 @@
+"""What every area's test class shares: the class under test, how to build it, the per-test record.
+
+A user's subclass sets ``buffer_cls``; a class whose constructor differs from the contract's
+overrides ``make_buffer`` (the adapter). Test methods draw a scenario with ``self.build`` and
+run checks through it, so each failure carries a standalone reproducer (reproducer.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import strategies as st
+
+from cpugpu_conformance.promises import PROMISES
+
+from . import strategies as s
+from .contexts import PLAIN, Context
+from .recording import RECORD
+from .reproducer import Name, Record, Scenario, import_line
+
+
+class BufferTests:
+    """The base of every area's tests. Set ``buffer_cls``, or override ``make_buffer``."""
+
+    # The class under test: called as the contract's constructor, Buffer(*size, dtype=, device=,
+    # pin_memory=, with_numpy=), unless make_buffer is overridden.
+    buffer_cls: ClassVar[type | None] = None
+    # The line a reproducer imports the class with, as `Buffer` (default: from buffer_cls).
+    buffer_import: ClassVar[str | None] = None
+
+    def make_buffer(self, *size: int, **options: Any) -> Any:
+        """Build a buffer as the contract's constructor would. Override it (the adapter) for a class
+        whose constructor differs; it is called as ``make_buffer(*size, dtype=torch.dtype,
+        device=torch.device, pin_memory=bool, with_numpy=bool)``, with ``with_numpy`` left out
+        where the test checks its default. Its source goes into reproducers: keep it self-contained
+        (it may read ``self.buffer_cls``)."""
+        return self.buffer_cls(*size, **options)  # type: ignore[misc]
+
+    @pytest.fixture
+    def record(self, request: pytest.FixtureRequest) -> Record:
+        """This test's reproducer, blame and observation, kept on its item for its report."""
+        rec = Record(self._import_line())
+        request.node.stash[RECORD] = rec
+        return rec
+
+    # --- for the test methods
+
+    def scenario(self, record: Record, promise: str, device: str, *, title: str | None = None, **values: Any) -> Scenario:
+        return Scenario(record, promise, device, title=title, factory=self.make_buffer, adapter=self._adapter(), **values)
+
+    def build(
+        self,
+        record: Record,
+        promise: str,
+        device: str,
+        data: st.DataObject,
+        dtypes: st.SearchStrategy,
+        *,
+        contexts: bool = False,
+        nonempty: bool = False,
+        with_numpy: bool | None = None,
+        pin_memory: bool | None = None,
+        construct: bool = True,
+        size: tuple[int, ...] | None = None,
+        context: Context | None = None,
+    ) -> Scenario:
+        """Draw a scenario and (unless construct=False) build `buf` in it.
+
+        ``size`` and ``context`` fix what would be drawn (engine-scale sizes, and a context a
+        test runs every time, are pytest parameters: each run includes them).
+        """
+        info = data.draw(dtypes, label="dtype")
+        ctx = context or (data.draw(s.contexts_for(device), label="context") if contexts else PLAIN)
+        sc = self.scenario(
+            record,
+            promise,
+            device,
+            size=size if size is not None else data.draw(s.sizes_for(info, nonempty=nonempty), label="size"),
+            dtype=info.dtype,
+            pin_memory=data.draw(s.pin_memory_for(device), label="pin_memory") if pin_memory is None else pin_memory,
+            with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy") if with_numpy is None else with_numpy,
+        )
+        if construct:
+            construct_blamed(record, constructor_promise(promise, ctx), lambda: construct_in(sc, ctx))
+        return sc
+
+    # --- how reproducers name the class and the adapter
+
+    def _import_line(self) -> str:
+        if self.buffer_import:
+            return self.buffer_import
+        if self.buffer_cls is None:
+            return "Buffer = ...  # the class under test (buffer_cls was not set)\n"
+        return import_line(self.buffer_cls)
+
+    def _adapter(self) -> str | None:
+        """The source a reproducer needs for an overridden make_buffer; None for the constructor itself."""
+        method = type(self).make_buffer
+        if method is BufferTests.make_buffer:
+            return None
+        owner = next(c for c in type(self).__mro__ if "make_buffer" in vars(c))
+        try:
+            body = textwrap.indent(textwrap.dedent(inspect.getsource(method)), "    ")
+        except (OSError, TypeError):
+            body = "    def make_buffer(self, *size, **options):\n        raise NotImplementedError('source not found')\n"
+        return (f"class Adapter:  # {owner.__qualname__}.make_buffer, with the class it reads\n"
+                f"    buffer_cls = Buffer\n\n{body.rstrip()}\n\n\nADAPTER = Adapter()\n")
+
+
+def construct_in(sc: Scenario, context: Context, *call: Any) -> Any:
+    """``buf = context(make)``, or ``buf = make()`` in the plain context (make builds the buffer);
+    with `call`, ``buf = context(*call)``: a function and its arguments, run inside the context."""
+    call = call or (Name("make"),)
+    if context.enter is None:
+        return sc.call(call[0], *call[1:], into="buf")
+    return sc.call(context.enter, *call, into="buf")
+
+
+def constructor_promise(promise: str, ctx: Context) -> str:
+    """The promise a constructor that raises breaks: the arguments it was given are all allowed
+    (promise 1, shape and dtype), unless the test's own promise is about the construction itself:
+    every dtype without NumPy (6), under a mode or in a thread (3, in a context other than the
+    plain one), pinned memory (10)."""
+    if promise in ("6", "10") or (promise == "3" and ctx != PLAIN):
+        return promise
+    return "1"
+
+
+def construct_blamed(record: Record, promise: str, construct: Any) -> None:
+    """Run `construct` blaming `promise` for what it raises; the blame before it is restored after."""
+    before = record.blamed
+    record.blame(promise)
+    construct()
+    record.blame(before)
+
+
+def title(promise: str) -> str:
+    return PROMISES[promise]

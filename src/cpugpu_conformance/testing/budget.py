@@ -1,0 +1,64 @@
+"""The hypothesis settings each test carries: what the suite needs, and its share of the examples.
+
+Everything else (how many examples, derandomize, the database, verbosity) is the profile in
+force when the area modules are imported: the user's own, or one the plugin registers
+(cpugpu-default, cpugpu-ci, cpugpu-thorough; the plugin never loads one). A test module that
+imports the library after its conftest.py loaded a profile gets that profile, as with any
+``@settings``; hypothesis's ``--hypothesis-profile`` is loaded before collection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+
+# What every test needs whatever the profile.
+NEEDED: dict[str, Any] = dict(
+    deadline=None,  # the first CUDA call in a process takes seconds
+    report_multiple_bugs=False,  # one failure per test, so the last example run is the reproducer's
+    # function_scoped_fixture: the `record` fixture spans every example of a test on purpose; the
+    # last example run (the shrunk failure) is the one it reports.
+    # differing_executors: a pytest parameter (device, context) runs the method on an instance of
+    # its own; each has a database key of its own (hypothesis's pytest plugin adds the node id).
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
+                           HealthCheck.differing_executors],
+)
+
+# The profiles the plugin registers. The default keeps a development run in seconds; `ci` is
+# derandomized with no example database, so the same torch gives the same verdict. The axes
+# a bug hides behind (creation context, engine-scale size, copy direction) are pytest
+# parameters, so every run covers them whatever the example budget; the examples vary the
+# rest (dtype, shape, flags, n), where a few dozen per test find what thousands do.
+EXAMPLES = 60
+_COMMON: dict[str, Any] = dict(
+    NEEDED,
+    stateful_step_count=30,
+    # No explain phase: the reproducer says more, and explaining costs more than shrinking.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+)
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": dict(_COMMON, max_examples=EXAMPLES),
+    "ci": dict(_COMMON, max_examples=2 * EXAMPLES, derandomize=True, database=None, print_blob=True),
+    "thorough": dict(_COMMON, max_examples=30 * EXAMPLES, stateful_step_count=50),
+}
+
+
+def register_profiles(prefix: str) -> None:
+    """Register the suite's profiles as <prefix><name> (the plugin: cpugpu-ci; the shipped suite: ci too)."""
+    for name, values in PROFILES.items():
+        settings.register_profile(prefix + name, **values)
+
+
+def share(divisor: int, floor: int) -> settings:
+    """1/divisor of the profile's examples, at least `floor`, with what the suite needs, as a test decorator.
+
+    For tests whose main axis is a pytest parameter (a creation context, an engine-scale
+    size): each parameter needs only a few examples.
+    """
+    return settings(max_examples=max(floor, settings.default.max_examples // divisor), **NEEDED)
+
+
+def whole() -> settings:
+    """The profile's examples, with what the suite needs, as a test decorator."""
+    return settings(**NEEDED)

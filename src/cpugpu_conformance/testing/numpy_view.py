@@ -1,0 +1,92 @@
+"""Promises 5, 6 and 7: a true NumPy view, the bfloat16 path, no silent wrong views."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from . import budget, checks, dtypes
+from . import strategies as s
+from .base import BufferTests, construct_blamed
+from .reproducer import Name
+
+
+def bfloat16_with_numpy_raises_value_error(make):
+    """Promise 6: with_numpy=True with bfloat16 raises a ValueError that tells the caller what to pass."""
+    try:
+        buf = make()
+    except ValueError as exc:
+        assert "with_numpy" in str(exc), f"the ValueError does not tell the caller to pass with_numpy=False: {exc}"
+    else:
+        raise AssertionError(f"with_numpy=True with bfloat16 returned {buf!r} instead of raising ValueError")
+
+
+def no_np_attribute(buf, dtype):
+    """Promise 6: without NumPy, every dtype works, and the buffer has no `np`."""
+    assert buf.cpu.dtype == dtype and buf.gpu.dtype == dtype
+    assert not hasattr(buf, "np"), f"with_numpy=False, yet the buffer has an np attribute: {buf.np!r}"
+
+
+def refuses_a_wrong_view(make, dtype):
+    """Promise 7: with_numpy=True with a dtype NumPy cannot represent raises (which exception is torch's business)."""
+    try:
+        buf = make()
+    except Exception:
+        return  # refusing is the promise
+    view = getattr(buf, "np", None)
+    raise AssertionError(
+        f"with_numpy=True with {dtype}, which NumPy cannot represent, returned a buffer whose np is "
+        f"{type(view).__name__} of dtype {getattr(view, 'dtype', None)} instead of raising"
+    )
+
+
+class NumpyViewTests(BufferTests):
+    """Promise 5: buf.np is a NumPy view of buf.cpu, and with_numpy defaults to True."""
+
+    @pytest.mark.cpugpu_promise("5")
+    @budget.whole()
+    @given(data=st.data())
+    def test_numpy_view_shares_memory(self, record, device, data):
+        sc = self.build(record, "5", device, data, s.numpy_dtype(device), with_numpy=True)
+        sc.call(checks.numpy_view)
+
+    @pytest.mark.cpugpu_promise("5")
+    @budget.share(10, floor=10)
+    @given(data=st.data())
+    def test_numpy_view_by_default(self, record, device, data):
+        """Callers rely on `.np` without passing the flag: with_numpy defaults to True."""
+        sc = self.build(record, "5", device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
+        del sc.ns["with_numpy"]  # make() leaves it to the constructor's default
+        construct_blamed(record, "1", lambda: sc.call(Name("make"), into="buf"))
+        sc.call(checks.numpy_view)
+
+
+class ExoticDtypeTests(BufferTests):
+    """Promises 6 and 7: bfloat16 and the dtypes NumPy lacks, with and without a NumPy view."""
+
+    @pytest.mark.cpugpu_promise("6")
+    @budget.whole()
+    @given(data=st.data())
+    def test_bfloat16_with_numpy_raises_value_error(self, record, device, data):
+        if not hasattr(torch, "bfloat16"):
+            pytest.skip("this torch has no bfloat16")
+        bf16 = st.just(dtypes.by_name("bfloat16", device))
+        sc = self.build(record, "6", device, data, bf16, with_numpy=True, construct=False)
+        sc.call(bfloat16_with_numpy_raises_value_error)
+
+    @pytest.mark.cpugpu_promise("6")
+    @budget.whole()
+    @given(data=st.data())
+    def test_without_numpy_every_dtype_works(self, record, device, data):
+        sc = self.build(record, "6", device, data, s.any_dtype(device), with_numpy=False)
+        sc.call(no_np_attribute)
+
+    @pytest.mark.cpugpu_promise("7")
+    @budget.whole()
+    @given(data=st.data())
+    def test_no_silent_wrong_views(self, record, device, data):
+        exotic = s.non_numpy_dtype(device, include_bfloat16=False)
+        sc = self.build(record, "7", device, data, exotic, with_numpy=True, construct=False)
+        sc.call(refuses_a_wrong_view)

@@ -1,0 +1,325 @@
+"""The pytest plugin of the library: enable it in your conftest.py, nowhere else.
+
+    pytest_plugins = ["cpugpu_conformance.testing.plugin"]    (or: pytest -p cpugpu_conformance.testing.plugin)
+
+    pytest [--cpugpu-device NAME|all] [--cpugpu-promise N[,N...]]
+           [--cpugpu-cell-result PATH] [--cpugpu-cell-name NAME] [--hypothesis-profile cpugpu-ci]
+
+It parametrizes the tests of the library's classes (BufferTests and its subclasses) by device
+and creation context, records a verdict per promise and device, and with --cpugpu-cell-result
+writes the result file a matrix cell writes (the same schema: `cpugpu-conformance gate` reads
+it). Its markers (cpugpu_promise, cpugpu_devices, cpugpu_costly) and hypothesis profiles
+(cpugpu-default, cpugpu-ci, cpugpu-thorough) are namespaced, and it changes nothing
+process-wide: it loads no hypothesis profile, sets no thread count, and leaves the exit status
+as pytest's own unless a result file is asked for (then the exit code says what the file says:
+0 every promise asked for passed or was recorded, 1 one failed, 5 nothing tested, 6 some
+untested, none failed).
+
+Where a test runs is single-sourced: its promises (promises.APPLIES_TO) and, for a test that
+needs particular devices whatever its promises, ``@pytest.mark.cpugpu_devices("name", ...)``;
+elsewhere it is deselected, never skipped.
+
+The shipped suite (conformance/) is one subclass; its conftest.py adds --impl and the old
+spellings, and asks for the suite's own exit status (SUITE_EXIT) on every run.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from cpugpu_conformance import devices
+
+from . import budget, recording
+from .plan import (
+    FLAGS,
+    as_facts,
+    check_device_option,
+    from_facts,
+    marked_devices,
+    plan_devices,
+    refused_plan,
+    select_promises,
+    wanted,
+)
+from .recording import (
+    COSTLY_MARK,
+    DEVICES_MARK,
+    LOAD_CLASS,
+    PLAN,
+    PROMISE_FILTER,
+    PROMISE_MARK,
+    REFUSED,
+    SUITE_EXIT,
+    TESTED_CLASSES,
+    WARNINGS,
+)
+
+PROFILE_PREFIX = "cpugpu-"
+budget.register_profiles(PROFILE_PREFIX)
+
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cpugpu", "cpugpu-conformance: the CpuGpuBuffer contract")
+    group.addoption(
+        "--cpugpu-device",
+        dest="cpugpu_device",
+        metavar="|".join((*devices.NAMES, "all")),
+        default=None,  # checked in pytest_configure: a bad name is one line, not argparse's usage
+        help="device(s) to test; a missing device is skipped, never passed (default: every device this machine has)",
+    )
+    group.addoption("--cpugpu-cell-result", dest="cpugpu_cell_result", metavar="PATH", default=None,
+                    help="write the verdict of every promise and device to this JSON file (the exit code then says it too)")
+    group.addoption("--cpugpu-cell-name", dest="cpugpu_cell_name", metavar="NAME", default=None,
+                    help="name of this cell in the result file (default: torch-<version>)")
+    group.addoption("--cpugpu-promise", dest="cpugpu_promise", metavar="N[,N...]", default=None,
+                    help="run only the tests of these promises (CONTRACT.md numbers)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{PROMISE_MARK}(*numbers): the CONTRACT.md promises a test checks")
+    config.addinivalue_line("markers", f"{DEVICES_MARK}(*names): the only devices a test runs on (devices.py names)")
+    config.addinivalue_line("markers", f"{COSTLY_MARK}: a test that takes many times the others (run first, for xdist's balance)")
+    config.stash[WARNINGS] = []
+    config.stash[TESTED_CLASSES] = []
+    if getattr(config.option, "max_warnings", None) is not None and config.stash.get(SUITE_EXIT, False):
+        # pytest 9.2's --max-warnings exits 6 when every test passed: the suite's own 6 says
+        # "some promises went untested", and one code must not say two things.
+        exc = pytest.UsageError("--max-warnings: its exit code (6) is the suite's 'some promises went untested'")
+        config.stash[PLAN] = refused_plan(config.getoption("cpugpu_device"))
+        _record_usage_error(_start_recorder(config, None), exc)
+        raise exc
+    if _hands_tests_to_workers(config) and not config.getoption("cpugpu_cell_result"):
+        _configure_controller(config)
+        return
+    option = config.getoption("cpugpu_device")
+    try:
+        plan = plan_devices(option, devices.unavailable())
+    except pytest.UsageError as exc:
+        config.stash[PLAN] = refused_plan(option)
+        _record_usage_error(_start_recorder(config, None), exc)
+        raise
+    config.stash[PLAN] = plan
+    try:
+        chosen = select_promises(config.getoption("cpugpu_promise"))
+    except pytest.UsageError as exc:
+        _record_usage_error(_start_recorder(config, None), exc)
+        raise
+    config.stash[PROMISE_FILTER] = chosen
+    recorder = _start_recorder(config, chosen)
+    try:
+        if recorder is not None and recorder.path is not None:
+            recorder.observe()  # before the class under test is imported: it may patch torch
+        if LOAD_CLASS in config.stash:
+            config.stash[LOAD_CLASS](config)
+    except pytest.UsageError as exc:
+        _record_usage_error(recorder, exc)
+        if not hasattr(config, "workeroutput"):
+            raise
+        # A worker hands the refusal to the controller, which says it in one line: raised
+        # here it would be a traceback per worker, and workers restarted in a loop.
+        config.stash[REFUSED] = str(exc)
+    if hasattr(config, "workeroutput"):  # for the controller, which imported no torch
+        config.workeroutput[_WORKER_FACTS] = {
+            "plan": as_facts(plan),
+            "warnings": list(config.stash[WARNINGS]),
+            "refused": config.stash.get(REFUSED, None),
+        }
+
+
+def _hands_tests_to_workers(config: pytest.Config) -> bool:
+    """pytest-xdist's controller, which runs no test itself (with --collect-only it collects)."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and not config.getoption("collectonly")
+
+
+def _configure_controller(config: pytest.Config) -> None:
+    """The controller of ``-n N`` with no result to record needs no torch: it checks the options
+    (the same one-line errors) and starts the workers at once. The device plan and warnings
+    arrive from the workers (pytest_testnodedown)."""
+    check_device_option(config.getoption("cpugpu_device"))
+    config.stash[PROMISE_FILTER] = select_promises(config.getoption("cpugpu_promise"))
+    config.stash[PLAN] = None
+    _start_recorder(config, config.stash[PROMISE_FILTER])  # the workers' reports decide the exit status
+
+
+# The key of what a worker tells the controller in its workeroutput (plain data).
+_WORKER_FACTS = "cpugpu_conformance"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """In the controller: the plan and warnings of the first worker to finish (they all agree)."""
+    facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+    if facts and node.config.stash.get(PLAN, None) is None:
+        node.config.stash[PLAN] = from_facts(facts["plan"])
+        node.config.stash[WARNINGS] = facts["warnings"]
+        if facts["refused"]:
+            node.config.stash[REFUSED] = facts["refused"]
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The only process, or xdist's controller: not a worker."""
+    return not hasattr(config, "workerinput")
+
+
+def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> recording.CellRecorder | None:
+    """In the controller (or the only process), always: the recorder of the run's answer. With a
+    result path it first holds the path and marks it in progress."""
+    if not _is_controller(config):
+        return None
+    path = config.getoption("cpugpu_cell_result")
+    if path == "":
+        raise pytest.UsageError(f"{FLAGS['cell_result']} '': an empty path is no file")
+    name = config.getoption("cpugpu_cell_name") or "this run"
+    if path is not None and not config.getoption("cpugpu_cell_name"):
+        import torch  # only for the name in the file: xdist's controller without one imports no torch
+
+        name = f"torch-{torch.__version__.split('+')[0]}"
+    profile = config.getoption("hypothesis_profile", None) or _profile_in_force()
+    impl = config.stash.get(recording.IMPL_SPEC, "")
+    sets_exit = path is not None or config.stash.get(SUITE_EXIT, False)
+    recorder = recording.CellRecorder(config, path, name, chosen, impl, profile, sets_exit=sets_exit)
+    if path is not None:
+        recorder.hold()
+    config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
+    return recorder
+
+
+def _profile_in_force() -> str:
+    from hypothesis import settings
+
+    return getattr(settings, "_current_profile", None) or "default"
+
+
+def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.UsageError) -> None:
+    """A run refused for bad input still replaces the result: an older pass must not stand."""
+    if recorder is not None:
+        recorder.write_usage_error(str(exc))
+
+
+def _ours(cls: type | None) -> bool:
+    from .base import BufferTests
+
+    return cls is not None and issubclass(cls, BufferTests)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not _ours(metafunc.cls) or "device" not in metafunc.fixturenames:
+        return  # a project's own tests, and its own `device` fixture, are its business
+    plan = metafunc.config.stash[PLAN]
+
+    def param(device: str, *values: object, id: str) -> object:
+        marks = pytest.mark.skip(reason=plan.skipped[device]) if device in plan.skipped else ()
+        return pytest.param(device, *values, id=id, marks=marks)
+
+    if "context" in metafunc.fixturenames:
+        from .contexts import contexts_for
+
+        # Every creation context of each device, as its own test: each run includes them all.
+        pairs = [param(d, c, id=f"{d}-{c.name}") for d in plan.parametrized for c in contexts_for(d)]
+        metafunc.parametrize("device,context", pairs)
+        return
+    metafunc.parametrize("device", [param(d, id=d) for d in plan.parametrized])
+
+
+def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
+    """Whether the test runs: see plan.wanted (its devices marker, its promises, --cpugpu-promise)."""
+    marked = [str(name) for mark in item.iter_markers(DEVICES_MARK) for name in mark.args]
+    try:
+        allowed = marked_devices(marked) if marked else None
+    except ValueError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+    plan = item.config.stash[PLAN]  # None only in xdist's controller, which runs no test
+    return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed, plan.accelerators if plan else ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ours = [item for item in items if _ours(getattr(item, "cls", None))]
+    if not ours:
+        return
+    _check_classes(config, ours)
+    # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
+    # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
+    # handed out last leaves the other workers idle while it runs. A project's own tests keep their place.
+    first = sorted(ours, key=lambda item: (not item.name.startswith("test_original_bug"), item.get_closest_marker(COSTLY_MARK) is None))
+    order = iter(first)
+    items[:] = [next(order) if _ours(getattr(item, "cls", None)) else item for item in items]
+    drop: list[pytest.Item] = []
+    if REFUSED in config.stash:  # a worker that could not load the class runs nothing
+        drop = ours
+    else:
+        drop = [item for item in ours if not _wanted(item, config.stash[PROMISE_FILTER])]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        dropped = {id(item) for item in drop}
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
+def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test class names the class under test; a result file is about one class."""
+    tested: dict[str, str] = {}
+    for item in items:
+        cls = item.cls
+        if cls.buffer_cls is None and cls.make_buffer is _base_make_buffer():
+            raise pytest.UsageError(f"{cls.__module__}.{cls.__qualname__}: set buffer_cls to the class under test "
+                                    "(or override make_buffer)")
+        spec = _spec_of(cls)
+        tested.setdefault(spec, f"{cls.__module__}.{cls.__qualname__}")
+    if len(tested) > 1 and config.getoption("cpugpu_cell_result"):
+        names = ", ".join(f"{where} tests {spec}" for spec, where in sorted(tested.items()))
+        raise pytest.UsageError(f"{FLAGS['cell_result']}: a result file is about one class under test, and this run "
+                                f"has {len(tested)} ({names}): select one with -k")
+    config.stash[TESTED_CLASSES] = sorted(tested)
+    recorder = config.pluginmanager.get_plugin("cpugpu-cell-recorder")
+    if recorder is not None and not recorder.impl:
+        recorder.impl = ", ".join(sorted(tested))
+
+
+def _base_make_buffer() -> Any:
+    from .base import BufferTests
+
+    return BufferTests.make_buffer
+
+
+def _spec_of(cls: type) -> str:
+    target = cls.buffer_cls if cls.buffer_cls is not None else cls
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if _ours(getattr(item, "cls", None)):
+        recording.annotate(item, report)
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every requested device missing means nothing was tested: never let that read as a pass.
+    if REFUSED in session.config.stash:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    plan = session.config.stash.get(PLAN, None)  # None: a controller no worker reported to (the run failed)
+    sets_exit = session.config.stash.get(SUITE_EXIT, False) or session.config.getoption("cpugpu_cell_result")
+    if sets_exit and plan is not None and plan.nothing_testable and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if REFUSED in config.stash and _is_controller(config):  # on stderr, as pytest says a usage error
+        sys.stderr.write(f"ERROR: {config.stash[REFUSED]}\n")
+    plan = config.stash.get(PLAN, None)
+    # Workers report when they finish; none did and nobody pressed Ctrl-C: they all went down.
+    if plan is None and _hands_tests_to_workers(config) and exitstatus != pytest.ExitCode.INTERRUPTED:
+        terminalreporter.write_line(
+            "no pytest-xdist worker finished its run (see the 'node down' lines above): the run is not a "
+            "pass; the same command without -n shows why", red=True)
+    if plan is not None and plan.nothing_testable:
+        reasons = "; ".join(f"{d}: {r}" for d, r in plan.skipped.items())
+        terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)
+    for warning in config.stash.get(WARNINGS, []):
+        terminalreporter.write_line(f"warning: {warning}", yellow=True)

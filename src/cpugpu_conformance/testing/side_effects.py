@@ -1,0 +1,92 @@
+"""Promise 12: no side effects on the caller.
+
+Constructing a buffer and calling its copies leave the caller's grad mode, inference
+mode, default device and default dtype (and a device's own state: its current device and
+stream) as they were, in every creation context. The state is checked inside the context,
+right after each call (a class that switches grad on with `torch.set_grad_enabled(True)` is
+caught inside `no_grad()`), and again once the context is left. Every context runs in every
+run: it is a pytest parameter. The state only one device has (its current stream, say) comes
+from the registry, devices.py. A context that is the plain one on this machine (the last
+CUDA device made current, with one device) cannot show what it is there for: its test is
+skipped with the reason, untested, never passed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cpugpu_conformance import devices
+
+from . import budget
+from . import strategies as s
+from .base import BufferTests, construct_in
+from .helpers import sync
+from .reproducer import Name, per_device
+
+
+@per_device("caller_state")
+def device_state(device):
+    """What only this kind of device has (its current stream, say): devices.py."""
+    return devices.get(device.type).caller_state(device)
+
+
+def caller_state(device):
+    """What the caller's code depends on, and a buffer must leave as it found it."""
+    state = {
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.empty(0).device,
+    }
+    state.update(device_state(device))
+    return state
+
+
+def unchanged(before, after_what, device):
+    now = caller_state(device)
+    changed = [f"{key} from {before[key]} to {now[key]}" for key in before if now[key] != before[key]]
+    assert not changed, f"{after_what} changed the caller's " + ", ".join(changed)
+
+
+def built_and_used(make, n, device):
+    """Build the buffer and use it, checking the caller's state after every call."""
+    before = caller_state(device)
+    buf = make()
+    unchanged(before, "constructing the buffer", device)
+    buf.copy_to_gpu(n)
+    unchanged(before, f"copy_to_gpu({n!r})", device)
+    buf.copy_to_cpu(n)
+    unchanged(before, f"copy_to_cpu({n!r})", device)
+    sync(device)
+    return buf
+
+
+# Twelve-odd contexts, each its own test: a tenth of the examples each covers them all many times over.
+PER_CONTEXT = budget.share(10, floor=10)
+
+
+class SideEffectTests(BufferTests):
+    """Promise 12: constructing and copying leave the caller's modes, defaults and device state alone."""
+
+    @pytest.fixture
+    def changing_context(self, context):
+        """The test's creation context, unless on this machine it is the plain one (a single device made
+        current): then what it is there to catch cannot happen, and the test is untested, with why."""
+        why = context.same_as_plain()
+        if why:
+            pytest.skip(why)
+        return context
+
+    @pytest.mark.cpugpu_promise("12")
+    @PER_CONTEXT
+    @given(data=st.data())
+    def test_no_side_effects_on_the_caller(self, record, device, changing_context, data):
+        """`context`: every creation context of the device, one test each (the plugin parametrizes it)."""
+        sc = self.build(record, "12", device, data, s.byte_dtype(device), construct=False)
+        sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
+        sc.call(caller_state, into="outer")
+        construct_in(sc, changing_context, built_and_used, Name("make"), Name("n"), Name("device"))
+        sc.call(unchanged, Name("outer"), "the construction context and the buffer together", Name("device"))
