@@ -9,11 +9,13 @@ from __future__ import annotations
 import inspect
 import json
 import subprocess
+import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from suite_runner import TESTS, outside_env
 
 from cpugpu_conformance import reference, results, variants
@@ -22,6 +24,17 @@ from cpugpu_conformance import reference, results, variants
 # carry only the settings they need (deadline, health checks), so this governs the rest.
 PROFILE = "theirs"
 MAX_EXAMPLES = 5
+# A second profile of theirs, for runs that ask only whether classes are rejected: no shrinking
+# (a failing example at engine scale shrinks for seconds; two broken classes took 120 s, not 12).
+QUICK_PROFILE = "theirs-quick"
+# The examples of the shipped suite's ci profile, which tests/test_variants.py relies on: fewer miss
+# the bugs that need one particular draw (copy_to_gpu(0); float32 under a float16 default).
+QUICK_EXAMPLES = 120
+
+# The area classes LIBRARY_API.md names, each usable alone.
+AREA_NAMES = ("ShapeAndDtypeTests", "ZeroedTests", "MutabilityTests", "StorageTests", "NumpyViewTests",
+              "ExoticDtypeTests", "CopyTests", "StoragesForLifeTests", "DeviceTests", "SideEffectTests",
+              "IndependenceTests", "EngineScaleTests", "StateMachineTests")
 
 PYTEST_INI = """\
 [pytest]
@@ -38,12 +51,14 @@ CONFTEST = f'''\
 import pathlib
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 pytest_plugins = ["cpugpu_conformance.testing.plugin"]
 
 settings.register_profile({PROFILE!r}, max_examples={MAX_EXAMPLES}, stateful_step_count=10, derandomize=True, database=None)
 settings.load_profile({PROFILE!r})
+settings.register_profile({QUICK_PROFILE!r}, parent=settings.get_profile({PROFILE!r}), max_examples={QUICK_EXAMPLES},
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 RAN = pathlib.Path(__file__).with_name("autouse-ran.txt")
 
@@ -84,18 +99,44 @@ def contract_module(cls_name: str, buffer: str, body: str = "", imports: str = "
     return f"{head}\n\nclass {cls_name}(BufferContractTests):\n    buffer_cls = {buffer}\n{body}"
 
 
-def many_classes_module(classes: dict[str, str], bodies: dict[str, str] | None = None) -> str:
-    """A test module with one BufferContractTests subclass per entry: test class name -> the buffer
-    class, as `module.Name` (the variants from the installed package; the alternatives and the
-    project's own buffers copied in), with the body ``bodies`` gives it, if any."""
+def many_classes_module(classes: dict[str, str], bodies: dict[str, str] | None = None,
+                        bases: dict[str, list[str]] | None = None) -> str:
+    """A test module with one test class per entry: test class name -> the buffer class, as
+    `module.Name` (the variants from the installed package; the alternatives and the project's own
+    buffers copied in); it subclasses BufferContractTests, or the area classes ``bases`` names for
+    it, with the body ``bodies`` gives it, if any."""
     out = ["import alt_impls  # noqa: F401",
            "import ourbuffers  # noqa: F401",
            "from cpugpu_conformance import variants  # noqa: F401",
-           "from cpugpu_conformance.testing import BufferContractTests",
+           f"from cpugpu_conformance.testing import BufferContractTests, {', '.join(AREA_NAMES)}  # noqa: F401",
            ""]
     for test_cls, buffer in classes.items():
-        out += ["", f"class {test_cls}(BufferContractTests):", f"    buffer_cls = {buffer}", (bodies or {}).get(test_cls, "")]
+        parents = ", ".join((bases or {}).get(test_cls, ["BufferContractTests"]))
+        out += ["", f"class {test_cls}({parents}):", f"    buffer_cls = {buffer}", (bodies or {}).get(test_cls, "")]
     return "\n".join(out)
+
+
+def promises_of_tests() -> dict[str, set[str]]:
+    """Each test of the library (by function name) -> the promises its cpugpu_promise marker names."""
+    with warnings.catch_warnings():  # the plugin registers its markers in the project's run, not in ours
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        from cpugpu_conformance.testing import BufferContractTests
+
+    out = {}
+    for name in dir(BufferContractTests):
+        if name.startswith("test_"):
+            marks = getattr(getattr(BufferContractTests, name), "pytestmark", [])
+            out[name] = {str(n) for mark in marks if mark.name == "cpugpu_promise" for n in mark.args}
+    return out
+
+
+def areas_checking(promise: str) -> list[str]:
+    """The area classes with a test of ``promise``: a class built of them runs what `--promise` would."""
+    from cpugpu_conformance import testing
+
+    tests = promises_of_tests()
+    return [name for name in AREA_NAMES
+            if any(promise in tests.get(attr, ()) for attr in vars(getattr(testing, name)))]
 
 
 def make_project(where: Path, modules: dict[str, str]) -> Path:
@@ -118,6 +159,7 @@ class Case:
     cls: str
     name: str
     outcome: str  # passed, failed, error, skipped
+    seconds: float = 0.0
 
     @property
     def function(self) -> str:
@@ -148,6 +190,13 @@ class ProjectRun:
     def outcomes(self, cls: str | None = None) -> Counter[str]:
         return Counter(c.outcome for c in self.cases if cls is None or c.cls == cls)
 
+    def seconds(self) -> dict[str, float]:
+        """Test time per class, for a report on where a run's time went."""
+        out: dict[str, float] = {}
+        for c in self.cases:
+            out[c.cls] = out.get(c.cls, 0.0) + c.seconds
+        return out
+
     def autouse_log(self) -> list[str]:
         path = self.project / "autouse-ran.txt"
         return path.read_text().splitlines() if path.exists() else []
@@ -158,7 +207,8 @@ def _cases(junit: Path) -> list[Case]:
     for case in ET.parse(junit).iter("testcase"):
         kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
         outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[kinds[0]] if kinds else "passed"
-        out.append(Case(case.get("classname", "").rsplit(".", 1)[-1], case.get("name", ""), outcome))
+        out.append(Case(case.get("classname", "").rsplit(".", 1)[-1], case.get("name", ""), outcome,
+                        float(case.get("time") or 0)))
     return out
 
 
