@@ -35,11 +35,13 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).parent.resolve()
 sys.path.insert(0, str(ROOT / "src"))  # the project's pure-Python tooling; needs only the script deps above
 
-from cpugpu_conformance import __main__ as cli
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
-from cpugpu_conformance.cli_common import UsageError, is_interrupted_exit, refuse_owned_options
+from cpugpu_conformance.cli import dispatch as cli
+from cpugpu_conformance.cli.common import UsageError, is_interrupted_exit, refuse_owned_options
+from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.runner import cell as cells
+from cpugpu_conformance.runner import install as installing
+from cpugpu_conformance.runner import matrix as matrices
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -51,7 +53,7 @@ try:
     MATRIX = matrices.load(os.environ.get("CONFORMANCE_MATRIX") or "matrix.yaml")
 except matrices.MatrixError as exc:
     print("\n".join(exc.lines), file=sys.stderr)
-    sys.exit(matrices.EXIT_INVALID)
+    sys.exit(ExitCode.USAGE)
 
 TESTS_TORCH = "2.13.0"  # the torch the project's own tests run against
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -131,11 +133,11 @@ def installed(session: nox.Session) -> None:
     python = os.environ.get("CONFORMANCE_PYTHON") or shutil.which("python") or shutil.which("python3")
     if not python:
         session.error("no python on PATH; set CONFORMANCE_PYTHON to the interpreter that has torch")
-    probe = cells.probe_torch(python)
+    probe = installing.probe_torch(python)
     if not probe.get("torch"):
         session.error(f"{python}: no importable torch ({probe.get('torch_error') or probe.get('probe_error') or 'not installed'})")
     spec = cells.CellSpec.for_installed_torch(
-        probe["torch"], name=ours.cell_name or f"installed-torch-{cells.base_version(probe['torch'])}-{ours.device or 'default'}",
+        probe["torch"], name=ours.cell_name or f"installed-torch-{installing.base_version(probe['torch'])}-{ours.device or 'default'}",
         device=ours.device, hypothesis_profile=ours.hypothesis_profile or MATRIX.hypothesis_profile,
         time_limit_s=MATRIX.time_limit_s, results_dir=RESULTS, project_dir=ROOT, pytest_args=pytest_args)
     try:

@@ -55,7 +55,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cpugpu_conformance import cell, matrix, results  # noqa: E402
+from cpugpu_conformance import results  # noqa: E402
+from cpugpu_conformance.report import summary  # noqa: E402
+from cpugpu_conformance.runner import install as installing  # noqa: E402
+from cpugpu_conformance.runner import matrix  # noqa: E402
 
 PYTEST_ARGS = ["--promise", "1"]  # the overhead does not depend on how much the suite tests
 
@@ -106,7 +109,7 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
     timed(nox_run, env)  # makes the environment; not measured
     [venv] = [p for p in envdir.iterdir() if p.is_dir() and "conformance" in p.name]
     m = the_matrix()
-    direct = [str(cell.env_python(venv)), "-m", "pytest", "conformance", "--cell-result", str(workdir / "direct.json"),
+    direct = [str(installing.env_python(venv)), "-m", "pytest", "conformance", "--cell-result", str(workdir / "direct.json"),
               "--cell-name", "direct", "--hypothesis-profile", m.hypothesis_profile, "-p", "no:cacheprovider",
               "--device", "cpu", *PYTEST_ARGS]
     with_cell, bare = [], []
@@ -121,20 +124,20 @@ def cell_overhead(release: str, repeat: int, workdir: Path) -> None:
 def env_creation(release: str, repeat: int, workdir: Path) -> None:
     m = the_matrix()
     rel = m.release(release)
-    uv = cell.find_uv() or "uv"
+    uv = installing.find_uv() or "uv"
     ours, bare = [], []
     for i in range(repeat):
         target = workdir / f"bare-{i}"
         started = time.perf_counter()
         subprocess.run([uv, "venv", "-q", "--python", m.python, str(target)], check=True)
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(cell.env_python(target)), f"torch=={release}", "numpy"],
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(installing.env_python(target)), f"torch=={release}", "numpy"],
                        check=True)
         bare.append(time.perf_counter() - started)
 
         target = workdir / f"cell-{i}"
         started = time.perf_counter()
-        python = cell.create_env(target, m.python)
-        done = cell.install(python, rel, index_url=m.index_url, project=ROOT)
+        python = installing.create_env(target, m.python)
+        done = installing.install(python, rel, index_url=m.index_url, project=ROOT)
         ours.append(time.perf_counter() - started)
         if not done.ok:
             raise SystemExit(done.error())
@@ -177,8 +180,8 @@ def whole_matrix(workdir: Path, keep: bool, cold: bool) -> None:
     started = time.perf_counter()
     proc = subprocess.run([*nox_cmd(), "--envdir", str(envdir), "-s", "conformance"], cwd=ROOT, env=env, check=False)
     elapsed = time.perf_counter() - started
-    rows = cell.summarize(out)
-    print(cell.format_summary(rows))
+    rows = summary.summarize(out)
+    print(summary.format_summary(rows))
     suite = sum(r.duration_s or 0.0 for r in rows)
     disk = (f"disk {gb(du_bytes(cache, envdir))} (uv cache {gb(du_bytes(cache))}, environments add "
             f"{gb(du_bytes(cache, envdir) - du_bytes(cache))}, apparent {gb(du_bytes(envdir))})")
@@ -201,9 +204,9 @@ def bare_install(release: str, workdir: Path, env: dict[str, str], extra: list[s
                  requirements: list[str] | None = None) -> float:
     """uv venv + uv pip install torch==X numpy... + import torch, in a new environment; seconds."""
     m = the_matrix()
-    uv = cell.find_uv() or "uv"
+    uv = installing.find_uv() or "uv"
     target = fresh_dir(workdir, "bare")
-    python = str(cell.env_python(target))
+    python = str(installing.env_python(target))
     started = time.perf_counter()
     subprocess.run([uv, "venv", "-q", "--python", m.python, str(target)], check=True, env=env)
     subprocess.run([uv, "pip", "install", "-q", "--python", python, *(requirements or m.release(release).requirements()),
@@ -304,7 +307,7 @@ def matrix_run(releases: list[str], jobs: int, workdir: Path, promise: str) -> f
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 1):
         raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    unfinished = [f"{r.cell}: {r.why}" for r in cell.summarize(out) if not r.clean and r.answer not in ("failed", "untested")]
+    unfinished = [f"{r.cell}: {r.why}" for r in summary.summarize(out) if not r.clean and r.answer not in ("failed", "untested")]
     if unfinished:
         raise SystemExit("bench: a cell did not run to the end: " + "; ".join(unfinished))
     return elapsed

@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import result_factory as rf  # noqa: E402  (the tests' own builder of v2 result files)
 
-from cpugpu_conformance import observe, report  # noqa: E402
+from cpugpu_conformance import observe  # noqa: E402
+from cpugpu_conformance.report import render as report  # noqa: E402
 
 RELEASES = ["2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1",
             "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]

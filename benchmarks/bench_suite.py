@@ -8,11 +8,15 @@ Runs, in this environment, one after another:
   default        the whole suite against the reference, default profile (and with -n 2)
   ci             the whole suite, ci profile (derandomized), serial and with -n 2
   pre-fix        the suite against the pre-fix class, time to the first reported failure
+  your pytest    the same tests run by a third-party project's own pytest (the library:
+                 its pytest.ini, conftest.py enabling the plugin, one subclass of
+                 BufferContractTests), ci profile (cpugpu-ci), against the shipped suite's ci
 
 and prints seconds, pytest's own test time (its "in N s"), and ratios. Targets (issue 8):
 ci serial test time at most 5x `import torch`; ci with -n 2 at least 1.5x faster than
 serial (wall); the pre-fix class's first failure within 1 s of the test session start;
-peak memory of a ci run under 1.5 GiB.
+peak memory of a ci run under 1.5 GiB; the library in a project's own pytest adds at most
+10 % to the shipped suite's ci test time (issue 16).
 
     python benchmarks/bench_suite.py [--repeat 3]
 """
@@ -24,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,11 +37,11 @@ BASE = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
 ENV = {k: v for k, v in os.environ.items() if k != "CI"}
 
 
-def timed(args: list[str]) -> tuple[float, float | None, str, float]:
+def timed(args: list[str], base: list[str] = BASE, cwd: Path = ROOT) -> tuple[float, float | None, str, float]:
     """Wall seconds, pytest's test seconds, its last line, and the peak memory (GiB) of the run."""
-    wrapper = [sys.executable, "-c", _PEAK, *BASE, *args]
+    wrapper = [sys.executable, "-c", _PEAK, *base, *args]
     t0 = time.perf_counter()
-    proc = subprocess.run(wrapper, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    proc = subprocess.run(wrapper, cwd=cwd, env=ENV, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     *output, peak = proc.stdout.strip().splitlines()
     last = output[-1] if output else ""
@@ -95,6 +100,25 @@ def first_failure(args: list[str]) -> tuple[float, float]:
     raise SystemExit("the pre-fix class produced no failure: the suite has lost its teeth")
 
 
+# A team's own project: its configuration, its conftest.py, one subclass of the library's class.
+PROJECT = {
+    "pytest.ini": "[pytest]\naddopts = --strict-markers -p no:cacheprovider\nfilterwarnings = error\nxfail_strict = true\n",
+    "tests/conftest.py": 'pytest_plugins = ["cpugpu_conformance.testing.plugin"]\n',
+    "tests/test_our_buffer.py": (
+        "from cpugpu_conformance.reference import CpuGpuBuffer\n"
+        "from cpugpu_conformance.testing import BufferContractTests\n\n\n"
+        "class TestOurBuffer(BufferContractTests):\n    buffer_cls = CpuGpuBuffer\n"
+    ),
+}
+
+
+def write_project(folder: Path) -> Path:
+    for name, text in PROJECT.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the median is printed")
@@ -134,6 +158,11 @@ def main() -> int:
         (_, serial), (_, parallel) = rows[4], rows[5]
         print(f"thorough -n 2 speed-up over serial: {serial[0] / parallel[0]:.2f}x wall, {serial[1] / parallel[1]:.2f}x test time")
     print(f"ci peak memory: {ci[3]:.2f} GiB serial, {ci_n2[3]:.2f} GiB largest process with -n 2 (target under 1.5 GiB)")
+    with tempfile.TemporaryDirectory() as tmp:
+        project = write_project(Path(tmp))
+        theirs = median(timed, ["--hypothesis-profile=cpugpu-ci"], [sys.executable, "-m", "pytest", "tests", "-q"], project)
+    print(f"your pytest (the library, cpugpu-ci): {theirs[1]:.2f} s test time, {theirs[1] / ci[1]:.2f}x the shipped "
+          f"suite's ci ({ci[1]:.2f} s; target at most 1.10x); {theirs[2]}")
     from_start, from_session = median(first_failure, ["--impl", "cpugpu_conformance.variants:PreFixCpuGpuBuffer"])
     print(
         f"pre-fix first failure: {from_session:.2f} s after the test session starts (target within 1 s; "

@@ -1,18 +1,26 @@
-"""A stand-in for ``torch.cuda`` that logs what a snippet of the registry asks of it.
+"""A stand-in for ``torch.cuda`` that logs what a function of the registry asks of it.
 
-The registry's CUDA statements (sync, the side-stream context, the refused synchronize, the
-stall) are source code the suite runs on a GPU. Run against this on a machine with no GPU,
-they show, in order, which streams they synchronize or make wait and which modes they set:
-the logic is tested on the CPU, the GPU only confirms what CUDA does with it.
+The registry's CUDA functions (sync, the side-stream context, the refused synchronize, the
+stall) are what the suite runs on a GPU, and what reproducers hold. Run against this on a
+machine with no GPU (`patch_torch` puts it in torch.cuda's place: each function imports torch
+in its body), they show, in order, which streams they synchronize or make wait and which
+modes they set: the logic is tested on the CPU, the GPU only confirms what CUDA does with it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import types
 from typing import Any
 
 SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+# What the registry's functions read of torch.cuda: patch_torch replaces each with the fake's.
+PATCHED = ("device_count", "current_device", "current_stream", "Stream", "stream", "device", "synchronize",
+           "_sleep", "get_sync_debug_mode", "set_sync_debug_mode")
+
+
+def _index(device: Any) -> int:
+    """A device index from an int or a torch.device("cuda", i), as torch.cuda takes either."""
+    return device.index if hasattr(device, "index") else int(device)
 
 
 class FakeStream:
@@ -50,7 +58,7 @@ class FakeCuda:
         return self.index
 
     def current_stream(self, device: Any = None) -> FakeStream:
-        return self.current[self.index if device is None else int(device)]
+        return self.current[self.index if device is None else _index(device)]
 
     def Stream(self, device: Any = None) -> FakeStream:  # noqa: N802 (torch's name)
         self.made += 1
@@ -69,7 +77,7 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def device(self, index: Any):
-        before, self.index = self.index, int(index)
+        before, self.index = self.index, _index(index)
         self.log.append(("enter device", self.index))
         try:
             yield
@@ -91,6 +99,11 @@ class FakeCuda:
         self.log.append(("sync debug mode", self.mode))
 
 
-def namespace(cuda: FakeCuda, **values: Any) -> dict[str, Any]:
-    """Globals for exec'ing registry source against `cuda`, with a device of type cuda."""
-    return {"torch": types.SimpleNamespace(cuda=cuda), "device": types.SimpleNamespace(type="cuda"), **values}
+def patch_torch(monkeypatch: Any, cuda: FakeCuda) -> FakeCuda:
+    """Put `cuda` in torch.cuda's place for one test (pytest's monkeypatch undoes it)."""
+    import torch
+
+    for name in PATCHED:
+        monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
+    return cuda
+

@@ -1,4 +1,4 @@
-"""Cell result dicts for the report and gate tests, built through results.new_result.
+"""Cell result dicts for the report and gate tests, built through results.CellResult.new.
 
 Every dict passes results.validate, so the tests exercise the same shape the suite writes.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from cpugpu_conformance import results
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
-from cpugpu_conformance.results import new_result
+from cpugpu_conformance.results import CellResult
 
 
 def validate(result: Any) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def completed(
             else:
                 per_device[device] = {"verdict": "passed", "passed": 3, "failed": 0, "skipped": 0}
         promises[number] = {"title": title, "devices": per_device}
-    result = new_result(
+    result = CellResult.new(
         cell or f"torch-{torch}",
         "completed",
         requested={"torch": torch, "device": "all" if cuda else "cpu"},
@@ -109,7 +109,7 @@ def completed(
 
 def incomplete(torch: str, status: str, detail: str, *, cell: str | None = None) -> dict[str, Any]:
     """A cell that never produced verdicts (crashed, timed_out, not_installed, ...)."""
-    return validate(new_result(cell or f"torch-{torch}", status, requested={"torch": torch, "device": "cpu"}, detail=detail))
+    return validate(CellResult.new(cell or f"torch-{torch}", status, requested={"torch": torch, "device": "cpu"}, detail=detail))
 
 
 def failure(test: str, message: str, reproducer: str | None) -> dict[str, Any]:

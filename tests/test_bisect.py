@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import bisect, index, results
+from cpugpu_conformance import results
+from cpugpu_conformance.runner import bisection as bisect
+from cpugpu_conformance.runner import install as installing
+from cpugpu_conformance.runner import releases as index
 
 RELEASES = ["2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0"]
 
@@ -54,7 +57,7 @@ class FakeCells:
     def __call__(self, release: str) -> dict:
         self.calls.append(release)
         if release in self.untestable:
-            return results.new_result(f"torch-{release}", "not_installed", detail="no matching distribution")
+            return results.CellResult.new(f"torch-{release}", "not_installed", detail="no matching distribution")
         changed = self.change_at is not None and self.releases.index(release) >= self.change_at
         return cell_result(release, pin_error=NEW_PIN_ERROR if changed else OLD_PIN_ERROR)
 
@@ -430,9 +433,9 @@ def test_online_run_lists_the_folder_and_the_index(tmp_path, monkeypatch, capsys
 def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path, monkeypatch, capsys):
     """The matrix says offline: true and find_links: the command never asks PyPI, and every cell it
     runs installs with the installer offline, from that folder."""
-    from cpugpu_conformance import __main__ as cli
-    from cpugpu_conformance import cell as cells
-    from cpugpu_conformance import cli_bisect
+    from cpugpu_conformance.cli import bisection as cli_bisect
+    from cpugpu_conformance.cli import dispatch as cli
+    from cpugpu_conformance.runner import cell as cells
 
     no_network(monkeypatch)
     folder = fake_wheels(tmp_path / "wheels", ["2.13.0", "2.14.1", "2.15.0"])
@@ -443,7 +446,7 @@ def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path
 
     def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None):
         spec = cells.CellSpec.from_matrix_cell(c, results_dir=results_dir, project_dir=project_dir)
-        installs.append(cells.install_command(Path("python"), spec.release, index_url=spec.index_url,
+        installs.append(installing.install_command(Path("python"), spec.release, index_url=spec.index_url,
                                               requirements_file=None, find_links=spec.find_links, offline=spec.offline))
         failed = {("1", "cpu"): [rf.failure("t", "shape differs", None)]} if c.torch == "2.15.0" else None
         return results.CellResult(rf.completed(c.torch, cell=c.name, failed=failed)).write(results_dir / f"{c.name}.json")

@@ -9,7 +9,8 @@ import sys
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import __main__ as cli
+from cpugpu_conformance.cli import ExitCode
+from cpugpu_conformance.cli import dispatch as cli
 
 
 def test_module_help_lists_the_subcommands():
@@ -67,7 +68,7 @@ def test_version(capsys):
 @pytest.mark.parametrize(("command", "package"), [("report", "jinja2"), ("gate", "jsonschema")])
 def test_a_missing_extra_is_one_line(command, package, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, package, None)  # as if not installed: find_spec answers None
-    assert cli.main([command, "--help"]) == cli.EXIT_MISSING
+    assert cli.main([command, "--help"]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err == f"cpugpu-conformance {command} needs {package}: pip install 'cpugpu-conformance[tools]'\n"
 
@@ -85,7 +86,7 @@ def test_run_imports_none_of_the_tools():
     # `run` (the suite's entry point) must work where only torch, numpy, hypothesis and pytest are.
     code = (
         "import sys\n"
-        "from cpugpu_conformance.__main__ import load\n"
+        "from cpugpu_conformance.cli.dispatch import load\n"
         "load('run').suite_dir()\n"
         "print(sorted({'yaml', 'jinja2', 'jsonschema', 'markupsafe'} & set(sys.modules)))\n"
     )

@@ -17,9 +17,13 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import __main__ as cli
-from cpugpu_conformance import bisect, cell, cli_bisect, results
-from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
+from cpugpu_conformance.cli import ExitCode
+from cpugpu_conformance.cli import bisection as cli_bisect
+from cpugpu_conformance.cli import dispatch as cli
+from cpugpu_conformance.runner import bisection as bisect
+from cpugpu_conformance.runner import install as installing
+from cpugpu_conformance.runner import matrix as matrices
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -197,7 +201,7 @@ def test_cell_on_results_it_cannot_write_is_one_line_exit_2_and_nothing_is_made(
 
 def test_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path):
     """A real cell of the torch these tests run with, in a new environment, as a user runs it."""
-    release = cell.base_version(cell.probe_torch(sys.executable)["torch"])
+    release = installing.base_version(installing.probe_torch(sys.executable)["torch"])
     m = tmp_path / "matrix.yaml"
     m.write_text(f'python: "{PYTHON}"\nbaseline: "{release}"\ncandidates: ["99.0.0"]\n'
                  f'torch: [{{version: "{release}"}}, {{version: "99.0.0"}}]\n')
@@ -287,8 +291,13 @@ def test_record_unfinished_and_the_old_entry_point(tmp_path, capsys):
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: recorded as error"
     assert results.load(path).status == "error"
-    assert cell.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
+    assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: the cell's answer stands"
+    old = subprocess.run([sys.executable, "-m", "cpugpu_conformance.cell", "record-unfinished", str(path)],
+                         capture_output=True, text=True, check=False)
+    assert old.returncode == 2 and old.stdout == ""
+    assert old.stderr.strip().splitlines() == ["python -m cpugpu_conformance.cell is gone: use cpugpu-conformance "
+                                               "summary|record-unfinished|cell ..."]
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu"]) == 2
     assert "--session" in capsys.readouterr().err
 
@@ -302,5 +311,5 @@ def test_help_of_each_matrix_command(command, capsys):
 @pytest.mark.parametrize("command", ["cells", "cell", "matrix", "bisect", "summary", "record-unfinished"])
 def test_a_matrix_command_without_the_tools_extra_is_one_line(command, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "yaml", None)
-    assert cli.main([command, "--help"]) == cli.EXIT_MISSING
+    assert cli.main([command, "--help"]) == ExitCode.USAGE
     assert capsys.readouterr().err == f"cpugpu-conformance {command} needs yaml: {cli.TOOLS_EXTRA}\n"

@@ -1,53 +1,72 @@
 """The CUDA column's logic, tested on the CPU where it can run, and on a GPU where it cannot.
 
-The registry's CUDA statements run against a logging stand-in for torch.cuda (fake_cuda.py);
-the decisions (how to see a copy block, when a check cannot run, where promise 11 applies)
-are plain functions; what only CUDA can show carries ``@pytest.mark.devices("cuda")``.
+The registry's CUDA functions run against a logging stand-in for torch.cuda (fake_cuda.py), both
+as the suite runs them (the library's functions, which import torch in their bodies) and as a
+reproducer defines them (its source, in a namespace of its own); the decisions (how to see a
+copy block, when a check cannot run, where promise 11 applies) are plain functions; what only
+CUDA can show carries ``@pytest.mark.devices("cuda")``.
 """
 
 from __future__ import annotations
 
-import sys
+import dataclasses
+import inspect
+import re
 import types
-import warnings
 
 import pytest
 import result_factory as rf
 import torch
 from device_marker import missing_device
-from fake_cuda import FakeCuda, namespace
-from suite_runner import REPO, run_suite
+from fake_cuda import FakeCuda, patch_torch
+from reproducer_parts import definitions, script_for
+from suite_runner import run_suite
 
-sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
-from conformance import contexts, plan, recording, snippets  # noqa: E402
+from cpugpu_conformance import devices, promises, results
+from cpugpu_conformance.reference import CpuGpuBuffer
+from cpugpu_conformance.testing import contexts, helpers, plan, recording, side_effects
+from cpugpu_conformance.testing.device_promises import (
+    ORDERED_COPIES,
+    allow_sync,
+    copy_outlasting_a_stall,
+    copy_refusing_sync,
+    forbid_sync,
+    idle,
+    stall,
+)
+from cpugpu_conformance.variants import ZeroMeansAllBuffer
 
-with warnings.catch_warnings():  # the suite registers its marks in its own conftest, which is not loaded here
-    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-    from conformance.test_devices import ORDERED_COPIES, _outlasting_a_stall, _refusing_sync  # noqa: E402
-from cpugpu_conformance import devices, promises, results  # noqa: E402
-from cpugpu_conformance.reference import CpuGpuBuffer  # noqa: E402
-from cpugpu_conformance.variants import ZeroMeansAllBuffer  # noqa: E402
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(params=["suite", "reproducer"])
+def as_run(request):
+    """`as_run(func)`: func as the suite runs it, or as the CUDA reproducer that calls it defines it."""
+    if request.param == "suite":
+        return lambda func: func
+    return lambda func: definitions(script_for("cuda", func))[func.__name__]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """`fake_cuda(count)`: a FakeCuda in torch.cuda's place for this test."""
+    return lambda count=1: patch_torch(monkeypatch, FakeCuda(count=count))
+
 
 # --- sync(): the caller's current stream, on every device, never the whole device (promise 10)
 
 
-def _sync(cuda: FakeCuda) -> None:
-    ns = namespace(cuda)
-    exec(snippets.BYTE_HELPERS, ns)
-    ns["sync"]()
-
-
-def test_sync_waits_for_the_current_stream_of_each_device_not_the_whole_device():
-    cuda = FakeCuda(count=2)
-    _sync(cuda)
+def test_sync_waits_for_the_current_stream_of_each_device_not_the_whole_device(fake_cuda, as_run):
+    cuda = fake_cuda(count=2)
+    as_run(helpers.sync)(CUDA)
     assert cuda.log == [("synchronize", "default0"), ("synchronize", "default1")]
 
 
-def test_sync_inside_a_stream_context_waits_for_that_stream_only():
-    cuda = FakeCuda(count=1)
+def test_sync_inside_a_stream_context_waits_for_that_stream_only(fake_cuda, as_run):
+    cuda = fake_cuda(count=1)
     private = cuda.Stream()
     with cuda.stream(private):
-        _sync(cuda)
+        as_run(helpers.sync)(CUDA)
     assert ("synchronize", private.name) in cuda.log and ("synchronize", "default0") not in cuda.log
     assert ("whole device synchronize",) not in cuda.log
 
@@ -55,34 +74,43 @@ def test_sync_inside_a_stream_context_waits_for_that_stream_only():
 # --- copies land in order on the caller's stream: the check's arithmetic, on the CPU (no stall there)
 
 
+@pytest.fixture
+def cpu_with_a_no_op_stall(monkeypatch):
+    """The CPU, with a stall that queues nothing: there is no stream to stall on the CPU."""
+    monkeypatch.setitem(devices.REGISTRY, "cpu", dataclasses.replace(devices.CPU, stall=lambda buf: None))
+
+
 def _ordered(Buffer, method: str, n, dtype=torch.float32, size=(4, 3)) -> None:
-    ns = {"torch": torch, "device": torch.device("cpu"), "Buffer": Buffer}
-    exec(snippets.BYTE_HELPERS, ns)
-    ns["buf"] = Buffer(*size, dtype=dtype, device=ns["device"], pin_memory=False, with_numpy=False)
-    ns["n"] = n
-    exec(ORDERED_COPIES[method].format(stall="pass  # no stream to stall on the CPU"), ns)
+    buf = Buffer(*size, dtype=dtype, device=torch.device("cpu"), pin_memory=False, with_numpy=False)
+    ORDERED_COPIES[method](buf, n, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("method", sorted(ORDERED_COPIES))
 @pytest.mark.parametrize("n", [None, 0, 2, -1, 9, -9])
-def test_the_in_order_check_holds_for_the_reference(method, n):
+def test_the_in_order_check_holds_for_the_reference(cpu_with_a_no_op_stall, method, n):
     _ordered(CpuGpuBuffer, method, n)
     _ordered(CpuGpuBuffer, method, n, dtype=torch.bool, size=(3,))
 
 
 @pytest.mark.parametrize("method", sorted(ORDERED_COPIES))
-def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(method):
+def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(cpu_with_a_no_op_stall, method):
     with pytest.raises(AssertionError, match=rf"{method}\(n\) did not land in order on the caller's current stream"):
         _ordered(ZeroMeansAllBuffer, method, 0)
 
 
-def test_every_cuda_snippet_of_the_registry_is_python():
-    stall = devices.CUDA.stall
-    sources = [devices.CUDA.sync, stall, devices.CUDA.forbid_sync, devices.CUDA.allow_sync, devices.CUDA.idle,
-               *(ORDERED_COPIES[m].format(stall=stall) for m in ORDERED_COPIES),
-               *(c.code("make()") for c in contexts.contexts_for("cuda"))]
-    for source in sources:
-        compile(source, "<registry>", "exec")
+def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
+    """Each under the name of the helper that stands for it (its body as it is, no import of torch in it)."""
+    functions = [*ORDERED_COPIES.values(), copy_refusing_sync, copy_outlasting_a_stall, side_effects.caller_state,
+                 *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
+    script = script_for("cuda", *functions)
+    compile(script, "<reproducer>", "exec")
+    helper_of = {"sync": helpers.sync, "stall": stall, "idle": idle, "forbid_sync": forbid_sync,
+                 "allow_sync": allow_sync, "caller_state": side_effects.device_state}
+    own = [(getattr(devices.CUDA, attribute), helper.__name__) for attribute, helper in helper_of.items()]
+    for func, name in own + [(f, f.__name__) for f in devices.CUDA.contexts]:
+        source = inspect.getsource(func).replace(f"def {func.__name__}(", f"def {name}(", 1)
+        assert re.sub(r"\n\s+import torch\n", "\n", source) in script, func.__name__
+    assert "import torch\n" not in script.split("import torch\n", 1)[1], "torch imported inside a function"
 
 
 # --- the side-stream creation context waits for its stream on leaving (item 5)
@@ -92,11 +120,15 @@ def _context(name: str) -> contexts.Context:
     return next(c for c in contexts.contexts_for("cuda") if c.name == name)
 
 
-def test_leaving_the_side_stream_context_makes_the_caller_stream_wait_for_it():
-    cuda = FakeCuda()
-    ns = namespace(cuda, make=lambda: cuda.log.append(("make on", cuda.current_stream().name)))
-    exec(_context("cuda_side_stream").code("make()"), ns)
-    side = ns["side_stream"].name
+def test_leaving_the_side_stream_context_makes_the_caller_stream_wait_for_it(fake_cuda, as_run):
+    cuda = fake_cuda()
+
+    def make():
+        cuda.log.append(("make on", cuda.current_stream().name))
+        return "made"
+
+    assert as_run(_context("cuda_side_stream").enter)(make) == "made"
+    side = "side1"
     assert cuda.log == [("enter stream", side), ("make on", side), ("leave stream", side), ("wait_stream", "default0", side)]
 
 
@@ -175,9 +207,9 @@ def test_this_torch_can_refuse_a_hidden_synchronize():
 class _Buf:
     """A buffer whose copy_to_gpu does what it is told, and notes the sync debug mode it ran under."""
 
-    def __init__(self, cuda: FakeCuda, raises: str | None = None, blocks: bool = False) -> None:
+    def __init__(self, cuda: FakeCuda, raises: str | None = None, blocks: bool = False, index: int = 0) -> None:
         self.cuda, self.raises, self.blocks, self.mode_seen = cuda, raises, blocks, None
-        self.gpu = types.SimpleNamespace(device=0)
+        self.gpu = types.SimpleNamespace(device=torch.device("cuda", index))
 
     def copy_to_gpu(self, n=None):
         self.mode_seen = self.cuda.mode
@@ -187,45 +219,42 @@ class _Buf:
             raise RuntimeError(self.raises)
 
 
-def _run_refusing_sync(buf: _Buf) -> None:
-    ns = namespace(buf.cuda, buf=buf, n=None, sync=lambda: None)
-    exec(_refusing_sync(devices.CUDA, "copy_to_gpu"), ns)
+def _run_refusing_sync(as_run, buf: _Buf) -> None:
+    as_run(copy_refusing_sync)(buf, "copy_to_gpu", None, CUDA, devices.CUDA.sync_refusal)
 
 
-def test_a_copy_that_does_not_synchronize_passes_and_the_mode_is_put_back():
-    cuda = FakeCuda()
+def test_a_copy_that_does_not_synchronize_passes_and_the_mode_is_put_back(fake_cuda, as_run):
+    cuda = fake_cuda()
     cuda.mode = 1  # whatever the caller had
     buf = _Buf(cuda)
-    _run_refusing_sync(buf)
+    _run_refusing_sync(as_run, buf)
     assert buf.mode_seen == 2 and cuda.mode == 1
 
 
-def test_a_hidden_synchronize_fails_the_check_and_the_mode_is_put_back():
-    cuda = FakeCuda()
+def test_a_hidden_synchronize_fails_the_check_and_the_mode_is_put_back(fake_cuda, as_run):
+    cuda = fake_cuda()
     with pytest.raises(AssertionError, match=r"copy_to_gpu\(None\) synchronized with the device \(called a synchronizing CUDA"):
-        _run_refusing_sync(_Buf(cuda, raises="called a synchronizing CUDA operation"))
+        _run_refusing_sync(as_run, _Buf(cuda, raises="called a synchronizing CUDA operation"))
     assert cuda.mode == 0
 
 
-def test_another_error_of_the_copy_is_its_own_and_the_mode_is_put_back():
-    cuda = FakeCuda()
+def test_another_error_of_the_copy_is_its_own_and_the_mode_is_put_back(fake_cuda, as_run):
+    cuda = fake_cuda()
     with pytest.raises(RuntimeError, match="^out of memory$"):
-        _run_refusing_sync(_Buf(cuda, raises="out of memory"))
+        _run_refusing_sync(as_run, _Buf(cuda, raises="out of memory"))
     assert cuda.mode == 0
 
 
 @pytest.mark.parametrize("blocks", [False, True])
-def test_the_timing_fallback_fails_a_copy_that_waited_for_the_queued_job(blocks):
-    cuda = FakeCuda(count=2)
-    buf = _Buf(cuda, blocks=blocks)
-    buf.gpu.device = 1
-    ns = namespace(cuda, buf=buf, n=None, sync=lambda: None)
-    code = _outlasting_a_stall(devices.CUDA, "copy_to_gpu")
+def test_the_timing_fallback_fails_a_copy_that_waited_for_the_queued_job(fake_cuda, as_run, blocks):
+    cuda = fake_cuda(count=2)
+    buf = _Buf(cuda, blocks=blocks, index=1)
+    check = as_run(copy_outlasting_a_stall)
     if blocks:
         with pytest.raises(AssertionError, match=r"waited for the device's queued work"):
-            exec(code, ns)
+            check(buf, "copy_to_gpu", None, CUDA)
     else:
-        exec(code, ns)
+        check(buf, "copy_to_gpu", None, CUDA)
     assert ("sleep", 1, 1 << 25) in cuda.log  # on the buffer's own device
 
 

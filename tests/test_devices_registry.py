@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import re
-import sys
 
 import pytest
 import torch
+from reproducer_parts import script_for
 from suite_runner import REPO
 
-sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
-from conformance import contexts, plan, snippets, strategies  # noqa: E402
-from conformance.repro import Record, Scenario  # noqa: E402
-from cpugpu_conformance import devices, promises  # noqa: E402
-from cpugpu_conformance.reference import CpuGpuBuffer  # noqa: E402
+from cpugpu_conformance import devices, promises
+from cpugpu_conformance.testing import checks, contexts, helpers, plan, strategies
+from cpugpu_conformance.testing.reproducer import Record, Scenario
 
 UNAVAILABLE = {"cuda": "no CUDA device: for this test"}
 
@@ -42,31 +41,38 @@ def test_availability_is_torch_s_answer_with_the_reason():
 
 def test_what_only_cuda_has_is_stated_by_the_registry():
     assert not devices.CPU.pinning and devices.CUDA.pinning
-    assert devices.CPU.sync == "" and "current_stream(index).synchronize()" in devices.CUDA.sync  # tests/test_cuda_checks.py
+    assert devices.CPU.sync is devices.nothing_queued and devices.CUDA.sync is devices.cuda_sync  # tests/test_cuda_checks.py
+    assert "current_stream(index).synchronize()" in inspect.getsource(devices.CUDA.sync)
     assert not devices.CPU.stall and not devices.CPU.forbid_sync and not devices.CPU.launch_blocking_env
-    assert [name for name, _ in devices.CUDA.contexts] == ["default_device_cuda", "cuda_device_last", "cuda_side_stream"]
-    assert not devices.CPU.contexts and not devices.CPU.caller_state and devices.CUDA.needs == "a CUDA device"
+    assert [f.__name__ for f in devices.CUDA.contexts] == ["default_device_cuda", "cuda_device_last", "cuda_side_stream"]
+    assert not devices.CPU.contexts and devices.CPU.caller_state(torch.device("cpu")) == {}
+    assert devices.CUDA.needs == "a CUDA device"
 
 
 def test_the_suite_draws_its_device_specifics_from_the_registry():
     common = [c.name for c in contexts.contexts_for("cpu")]
-    assert [c.name for c in contexts.contexts_for("cuda")] == common + [name for name, _ in devices.CUDA.contexts]
+    assert [c.name for c in contexts.contexts_for("cuda")] == common + [f.__name__ for f in devices.CUDA.contexts]
+    assert [c.enter for c in contexts.contexts_for("cuda")][len(common):] == list(devices.CUDA.contexts)
     assert repr(strategies.pin_memory_for("cpu")) == "just(False)"
     assert repr(strategies.pin_memory_for("cuda")) == "booleans()"
-    # The reproducers stay standalone: the registry's sync, written out for each device that has one.
-    assert 'def sync():\n    """Non-blocking copies have landed only once the stream is synchronized."""\n' \
-           '    if device.type == "cuda":\n        for index in range(torch.cuda.device_count()):\n' \
-           '            torch.cuda.current_stream(index).synchronize()\n' in snippets.BYTE_HELPERS
+    # The reproducers stay standalone: the registry's sync, written out as each device's own.
+    assert helpers.sync.__per_device__ == "sync"
+    for device in devices.REGISTRY.values():
+        own = inspect.getsource(device.sync).replace(f"def {device.sync.__name__}(", "def sync(", 1)
+        script = script_for(device.name, checks.zeroed)
+        assert re.sub(r"\n\s+import torch\n", "\n", own) in script, (device.name, script)
 
 
-def test_per_device_source_has_a_block_only_where_a_device_has_source():
-    assert devices.per_device(lambda d: d.needs) == '    if device.type == "cuda":\n        a CUDA device\n'
-    assert devices.per_device(lambda d: "") == "    pass\n"
+def test_a_reproducer_holds_only_its_own_device_s_function():
+    """No ``if device.type == ...`` for the other devices: each script has one sync, its device's."""
+    cpu, cuda = script_for("cpu", checks.zeroed), script_for("cuda", checks.zeroed)
+    assert "torch.cuda" not in cpu and "torch.cuda.current_stream(index).synchronize()" in cuda
+    assert "device.type ==" not in cpu + cuda and cpu.count("def sync(") == cuda.count("def sync(") == 1
 
 
 @pytest.mark.parametrize(("device", "needs"), [("cpu", False), ("cuda", True)])
 def test_a_reproducer_says_which_device_it_needs(device, needs):
-    sc = Scenario(CpuGpuBuffer, Record(), "1", "Shape and dtype", device, size=(2,))
+    sc = Scenario(Record(), "1", device, size=(2,))
     assert ("# Needs a CUDA device.\n" in sc.script()) is needs
 
 
@@ -81,11 +87,12 @@ def test_plan_skips_a_requested_device_that_is_missing():
     every = plan.plan_devices("all", UNAVAILABLE)
     assert every.tested == ("cpu",) and every.skipped == UNAVAILABLE and not every.not_requested
     cuda = plan.plan_devices("cuda", UNAVAILABLE)
-    assert cuda.nothing_testable and cuda.not_requested == {"cpu": "not requested (--device cuda)"}
+    assert cuda.nothing_testable and cuda.not_requested == {"cpu": f"not requested ({plan.FLAGS['device']} cuda)"}
 
 
 def test_plan_refuses_an_unknown_device_in_one_line():
-    with pytest.raises(pytest.UsageError, match=r"^--device 'tpu': unknown device; expected cpu, cuda or all$"):
+    flag = plan.FLAGS["device"]  # --cpugpu-device; the shipped suite's conftest.py spells it --device
+    with pytest.raises(pytest.UsageError, match=rf"^{flag} 'tpu': unknown device; expected cpu, cuda or all$"):
         plan.plan_devices("tpu", {})
 
 
@@ -95,19 +102,21 @@ def test_where_a_test_runs_comes_from_its_promises_and_its_devices_marker():
     only_cuda = plan.marked_devices(["cuda"])
     assert plan.wanted({"3"}, "cuda", None, only_cuda) and not plan.wanted({"3"}, "cpu", None, only_cuda)
     assert plan.wanted(set(), "cpu", None) and not plan.wanted(set(), "cpu", frozenset({"1"}))
-    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+    with pytest.raises(ValueError, match=r"cpugpu_devices names unknown device 'gpu'"):
         plan.marked_devices(["gpu"])
 
 
 # The suite's logic asks the registry rather than test for an accelerator's name ("cpu" is
 # also the buffer's host side, buf.cpu, which every check names).
 DEVICE_LITERAL = re.compile(r"""["']cuda["']""")
+SUITE = sorted((REPO / "conformance").glob("*.py")) + sorted((REPO / "src/cpugpu_conformance/testing").glob("*.py"))
 
 
 def test_no_device_name_is_spelled_out_in_the_suite():
+    assert any(path.name == "checks.py" for path in SUITE) and any(path.name == "conftest.py" for path in SUITE)
     found = [
         f"{path.name}:{n}: {line.strip()}"
-        for path in sorted((REPO / "conformance").glob("*.py"))
+        for path in SUITE
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if DEVICE_LITERAL.search(line)
     ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 
 # Pairs a clean CPU cell has verdicts for, judged (not recorded); and promises that apply on CUDA.

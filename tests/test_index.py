@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cpugpu_conformance import bisect, index
+from cpugpu_conformance.runner import bisection as bisect
+
+# --------------------------------------------------------------------------- fake wheels
+from cpugpu_conformance.runner import releases as index
 
 # --------------------------------------------------------------------------- fake wheels
 

@@ -2,8 +2,9 @@
 
 A class may hand out zero-size tensors with any strides (NumPy gives empty arrays zero
 strides), slices and transposes, tensors at a storage offset, views into a larger slab, and
-tensors wrapped around NumPy arrays. Each helper is run as the suite and the reproducers run
-it: its snippet source executed into a namespace holding only torch, numpy and the device.
+tensors wrapped around NumPy arrays. Each helper runs as the suite runs it (the library's
+function) and as a reproducer runs it (its source, defined in a namespace that holds only
+what the script gives it: torch and numpy).
 """
 
 from __future__ import annotations
@@ -15,22 +16,33 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reproducer_parts import definitions, script_for
 
-from conformance import checks
-from conformance.dtypes import byte_dtypes
-from conformance.snippets import BYTE_HELPERS
+from cpugpu_conformance.testing import helpers
+from cpugpu_conformance.testing.dtypes import byte_dtypes
+from cpugpu_conformance.testing.helpers import fill_bytes, np_fill, raw
 
 DTYPES = byte_dtypes("cpu")
 NUMPY_DTYPES = tuple(info for info in DTYPES if info.numpy is not None)
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.devices("cuda"))]
+HELPERS = ("raw", "fill_bytes", "np_fill")
 
 
-def helpers(device: str) -> dict:
-    """The helpers' namespace, as a scenario (or a standalone reproducer) builds it."""
-    ns = {"torch": torch, "np": np, "device": torch.device(device)}
-    exec(compile(BYTE_HELPERS, "<BYTE_HELPERS>", "exec"), ns)
-    exec(compile(checks.NP_FILL, "<NP_FILL>", "exec"), ns)
-    return ns
+def every_helper(t, a):
+    """What a reproducer needs the helpers for: its script then defines each (reproducer_parts)."""
+    raw(t)
+    fill_bytes(t, 0)
+    np_fill(a, 0)
+
+
+def as_run(device: str) -> list[dict]:
+    """The helpers as the suite runs them, and as the reproducer for `device` defines them."""
+    standalone = definitions(script_for(device, every_helper))
+    assert all(standalone[name].__globals__ is standalone for name in HELPERS)
+    return [{name: getattr(helpers, name) for name in HELPERS}, {name: standalone[name] for name in HELPERS}]
+
+
+SUITE_AND_REPRODUCER = {device: as_run(device) for device in ("cpu", "cuda")}
 
 
 def test_every_dtype_the_property_draws_from_includes_bool_and_float16():
@@ -124,9 +136,10 @@ def storage_bytes(slab: torch.Tensor) -> np.ndarray:
 @given(data=st.data())
 def test_raw_reads_the_bytes_of_every_element(device, data):
     slab, t = data.draw(layouts(device))
-    got = helpers(device)["raw"](t)
-    assert got.shape == (*t.shape, t.element_size())
-    assert (got == element_bytes(t)).all()
+    for run in SUITE_AND_REPRODUCER[device]:
+        got = run["raw"](t)
+        assert got.shape == (*t.shape, t.element_size())
+        assert (got == element_bytes(t)).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -135,13 +148,16 @@ def test_raw_reads_the_bytes_of_every_element(device, data):
 def test_fill_bytes_writes_every_element_and_nothing_else(device, data, seed):
     slab, t = data.draw(layouts(device))
     before = storage_bytes(slab)
-    helpers(device)["fill_bytes"](t, seed)
-    written = element_bytes(t)
-    assert (written.reshape(-1) == pattern(seed, written.size, t.dtype == torch.bool)).all()
-    if t.untyped_storage().data_ptr() == slab.untyped_storage().data_ptr():  # not a fresh empty_strided
-        outside = np.ones(before.size, dtype=bool)
-        outside[byte_positions(t).reshape(-1)] = False
-        assert (storage_bytes(slab)[outside] == before[outside]).all(), "fill_bytes wrote outside the view"
+    for run in SUITE_AND_REPRODUCER[device]:
+        if t.numel():  # each run writes the pattern itself (zero_() refuses the bits dtypes: their bytes)
+            helpers.byte_view(t).zero_()
+        run["fill_bytes"](t, seed)
+        written = element_bytes(t)
+        assert (written.reshape(-1) == pattern(seed, written.size, t.dtype == torch.bool)).all()
+        if t.untyped_storage().data_ptr() == slab.untyped_storage().data_ptr():  # not a fresh empty_strided
+            outside = np.ones(before.size, dtype=bool)
+            outside[byte_positions(t).reshape(-1)] = False
+            assert (storage_bytes(slab)[outside] == before[outside]).all(), "fill_bytes wrote outside the view"
 
 
 @settings(max_examples=300, deadline=None)
@@ -150,13 +166,15 @@ def test_np_fill_writes_every_element_of_any_numpy_layout(data, seed):
     slab, t = data.draw(layouts("cpu").filter(lambda drawn: drawn[1].dtype in {i.dtype for i in NUMPY_DTYPES}))
     a = t.numpy()
     before = storage_bytes(slab)
-    helpers("cpu")["np_fill"](a, seed)
-    written = element_bytes(t).reshape(-1)
-    assert (written == np_pattern(seed, written.size, a.dtype == np.bool_)).all()
-    if t.untyped_storage().data_ptr() == slab.untyped_storage().data_ptr():
-        outside = np.ones(before.size, dtype=bool)
-        outside[byte_positions(t).reshape(-1)] = False
-        assert (storage_bytes(slab)[outside] == before[outside]).all(), "np_fill wrote outside the view"
+    for run in SUITE_AND_REPRODUCER["cpu"]:
+        a[...] = 0
+        run["np_fill"](a, seed)
+        written = element_bytes(t).reshape(-1)
+        assert (written == np_pattern(seed, written.size, a.dtype == np.bool_)).all()
+        if t.untyped_storage().data_ptr() == slab.untyped_storage().data_ptr():
+            outside = np.ones(before.size, dtype=bool)
+            outside[byte_positions(t).reshape(-1)] = False
+            assert (storage_bytes(slab)[outside] == before[outside]).all(), "np_fill wrote outside the view"
 
 
 def np_pattern(seed: int, count: int, is_bool: bool) -> np.ndarray:

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import bisect, promises, results
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance import promises, results
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.results import CellResult
+from cpugpu_conformance.runner import bisection as bisect
 
 # What the probes say on a GPU machine, where the CPU-only machine's pin_memory probe raised.
 GPU_PROBES = {"pin_memory.no_accelerator": {"value": True}, "accelerator.cuda_available": {"value": True}}

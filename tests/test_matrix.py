@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cpugpu_conformance import matrix
-from cpugpu_conformance.matrix import Release, default_release, load, main
+from cpugpu_conformance.cli.matrix_file import main
+from cpugpu_conformance.runner import matrix
+from cpugpu_conformance.runner.matrix import Release, default_release, load
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """`cpugpu-conformance matrix`: cells side by side, each in its own process, stopped cleanly by a signal.
 
 The concurrency tests use small commands that wait for each other (a deadline, never a
-sleep that hopes); the signal tests run real cell runners (cell.run_cell) whose suites are
+sleep that hopes); the signal tests run real cell runners (cells.run_cell) whose suites are
 held mid-run by a fake interpreter (tests/test_cell.py), driven by a process of their own
 (signal handlers belong to a main thread).
 """
@@ -21,12 +21,15 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from test_cell import HELD_SUITE, chatty_passing_suite, fake_python, held_suite_pids, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, wait_for
 from test_cli_matrix import one_error, write_matrix
+from test_runner_processes import HELD_SUITE, chatty_passing_suite, held_suite_pids
 
-from cpugpu_conformance import __main__ as cli
-from cpugpu_conformance import cli_matrix, parallel, results
-from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance import results
+from cpugpu_conformance.cli import dispatch as cli
+from cpugpu_conformance.cli import matrix as cli_matrix
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import parallel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,14 +116,15 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
 RUNNER = """\
 import sys
 from pathlib import Path
-from cpugpu_conformance import cell
-from cpugpu_conformance.matrix import Release
+from cpugpu_conformance.runner import cell as cells
+from cpugpu_conformance.runner import processes
+from cpugpu_conformance.runner.matrix import Release
 name, python = sys.argv[1], sys.argv[2]
-spec = cell.CellSpec(name=name, release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
+spec = cells.CellSpec(name=name, release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
                      time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
 try:
-    result = cell.run_cell(spec, python)
-except cell.CellInterrupted as exc:
+    result = cells.run_cell(spec, python)
+except processes.CellInterrupted as exc:
     sys.exit(128 + exc.signum)
 sys.exit(0 if result.answer().clean else 1)
 """
@@ -129,7 +133,8 @@ sys.exit(0 if result.answer().clean else 1)
 DRIVER = """\
 import json, sys
 from pathlib import Path
-from cpugpu_conformance import cli_matrix, parallel
+from cpugpu_conformance.cli import matrix as cli_matrix
+from cpugpu_conformance.runner import parallel
 jobs = [parallel.Job(name, command, Path(log)) for name, command, log in json.loads(sys.argv[1])]
 sys.exit(cli_matrix.run_cells(jobs, 2, Path({results!r})))
 """
@@ -198,7 +203,8 @@ def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other
 STREAMING_DRIVER = """\
 import json, sys
 from pathlib import Path
-from cpugpu_conformance import cli_matrix, parallel
+from cpugpu_conformance.cli import matrix as cli_matrix
+from cpugpu_conformance.runner import parallel
 jobs = [parallel.Job(name, command, Path(log)) for name, command, log in json.loads(sys.argv[1])]
 sys.exit(cli_matrix.run_cells(jobs, 1, Path({results!r}), stream=True))
 """

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for, writes_result
+from cell_helpers import fake_python, is_gone, wait_for, writes_result
+from test_runner_processes import HELD_SUITE, held_suite_pids
 
 from cpugpu_conformance import results
-from cpugpu_conformance.matrix import load
+from cpugpu_conformance.runner.matrix import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -304,7 +305,7 @@ def test_sigterm_to_nox_stops_the_suite_and_records_the_cell_as_interrupted(tmp_
 
 def test_a_second_run_on_a_busy_result_path_is_a_session_error_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "results" / "installed-torch-2.15.0-cpu.json"
-    results.new_result("installed-torch-2.15.0-cpu", "crashed", detail="the running one's").write(path)
+    results.CellResult.new("installed-torch-2.15.0-cpu", "crashed", detail="the running one's").write(path)
     before = path.read_bytes()
     cmd, env = nox_installed(tmp_path, fake_python(tmp_path / "fake", writes_result("passed")))
     with results.exclusive(path):  # another run holds the path

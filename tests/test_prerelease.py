@@ -14,9 +14,14 @@ from pathlib import Path
 import pytest
 from test_index import fake_index, fake_numpy_wheel, wheel_folder
 
-from cpugpu_conformance import cell, results
-from cpugpu_conformance.cell import CellSpec
-from cpugpu_conformance.matrix import LATEST, Release, load, main
+from cpugpu_conformance import results
+from cpugpu_conformance.cli.matrix_file import main
+from cpugpu_conformance.report import summary
+from cpugpu_conformance.runner import cell
+from cpugpu_conformance.runner import cell as cells
+from cpugpu_conformance.runner import install as installing
+from cpugpu_conformance.runner.cell import CellSpec
+from cpugpu_conformance.runner.matrix import LATEST, Release, load
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -144,36 +149,36 @@ def test_latest_may_be_a_candidate_only_when_listed(tmp_path: Path, capsys: pyte
 
 
 def test_a_pre_release_is_installed_with_pre_releases_allowed_for_torch_only() -> None:
-    cmd = cell.install_command(Path("/env/bin/python"), Release("2.16.0.dev20261201"),
+    cmd = installing.install_command(Path("/env/bin/python"), Release("2.16.0.dev20261201"),
                                index_url="https://download.pytorch.org/whl/nightly/cpu", requirements_file=None)
     assert cmd[-6:] == ["torch==2.16.0.dev20261201", "numpy", "--extra-index-url",
                         "https://download.pytorch.org/whl/nightly/cpu", "--prerelease", "explicit"]
-    assert "--prerelease" not in cell.install_command(Path("/p"), Release("2.15.0"), index_url=None, requirements_file=None)
+    assert "--prerelease" not in installing.install_command(Path("/p"), Release("2.15.0"), index_url=None, requirements_file=None)
 
 
 def test_a_find_links_folder_and_offline_reach_the_installer() -> None:
-    cmd = cell.install_command(Path("/env/bin/python"), Release("2.15.0"), index_url=None, requirements_file=None,
+    cmd = installing.install_command(Path("/env/bin/python"), Release("2.15.0"), index_url=None, requirements_file=None,
                                find_links="/w", offline=True)
     assert cmd[-4:] == ["numpy", "--find-links", "/w", "--offline"]
 
 
 def test_latest_is_never_installed_unresolved() -> None:
     with pytest.raises(ValueError, match="must be resolved"):
-        cell.install_command(Path("/p"), Release(LATEST), index_url=None, requirements_file=None)
+        installing.install_command(Path("/p"), Release(LATEST), index_url=None, requirements_file=None)
 
 
 def test_a_resolved_latest_records_what_was_asked_and_what_it_became(tmp_path: Path) -> None:
     spec = CellSpec(name="torch-latest-cpu", release=Release(LATEST, numpy="<3"), device="cpu", hypothesis_profile="ci",
                     time_limit_s=60, results_dir=tmp_path, project_dir=ROOT, find_links=str(wheel_folder(tmp_path / "w",
                     ["2.14.1", "2.15.0", "2.16.0rc1"])), offline=True)
-    resolved = cell.resolve_latest(spec)
+    resolved = cells.resolve_latest(spec)
     assert resolved.release == Release("2.15.0", numpy="<3", asked=LATEST)
     asked = resolved.requested()
     assert (asked["torch"], asked["torch_asked"], asked["requirements"]) == ("2.15.0", "latest", ["torch==2.15.0", "numpy<3"])
     assert (asked["find_links"], asked["offline"]) == (spec.find_links, True)
     unresolved = spec.requested()
     assert unresolved["torch"] == "latest" and "torch_asked" not in unresolved
-    assert cell.resolve_latest(resolved) is resolved, "a release is left as it is"
+    assert cells.resolve_latest(resolved) is resolved, "a release is left as it is"
 
 
 # --------------------------------------------------------------------------- installing for real, with no network
@@ -201,13 +206,13 @@ def _spec_of(m, torch: str, tmp_path: Path) -> CellSpec:
 
 def _install(spec: CellSpec, tmp_path: Path) -> dict:
     """Install the spec's torch and numpy (not the project: that needs an index) into a new env; its probe."""
-    python = cell.create_env(tmp_path / "env", PYTHON)
+    python = installing.create_env(tmp_path / "env", PYTHON)
     spec.results_dir.mkdir(parents=True, exist_ok=True)
     assert spec.release is not None
-    done = cell.install(python, spec.release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
+    done = installing.install(python, spec.release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
                         log_path=spec.log_path)
     assert done.ok, done.error()
-    return cell.probe_torch(python)
+    return installing.probe_torch(python)
 
 
 def test_a_find_links_entry_installs_from_its_folder_offline(no_network: Path) -> None:
@@ -217,7 +222,7 @@ def test_a_find_links_entry_installs_from_its_folder_offline(no_network: Path) -
     spec = _spec_of(m, "2.15.0", tmp_path)
     probe = _install(spec, tmp_path)
     assert (probe["torch"], probe["numpy"]) == ("2.15.0", "2.4.6")
-    assert cell.torch_mismatch(probe, spec.release, "cpu", tmp_path / "env") is None
+    assert installing.torch_mismatch(probe, spec.release, "cpu", tmp_path / "env") is None
     log = spec.log_path.read_text()
     assert f"--find-links {tmp_path / 'wheels'} --offline" in log and "+ torch==2.15.0" in log
 
@@ -239,7 +244,7 @@ def test_latest_against_a_file_index_resolves_to_the_newest_final_release_and_in
     tmp_path = no_network
     url = fake_index(tmp_path / "simple", wheel_folder(tmp_path / "wheels", ["2.9.1", "2.14.1", "2.15.0", "2.16.0rc1"]))
     m = load(write(tmp_path, HEAD + f'torch: [{{version: "2.14.1"}}, {{version: "2.15.0"}}, {{version: latest, index_url: "{url}"}}]\n'))
-    spec = cell.resolve_latest(_spec_of(m, LATEST, tmp_path))
+    spec = cells.resolve_latest(_spec_of(m, LATEST, tmp_path))
     assert spec.release is not None and (spec.release.version, spec.release.asked) == ("2.15.0", LATEST)
     assert _install(spec, tmp_path)["torch"] == "2.15.0"
 
@@ -251,11 +256,11 @@ def test_a_latest_cell_runs_on_the_release_it_resolved_to_and_reports_it(no_netw
     wheel_folder(tmp_path / "wheels", ["2.14.1", "2.15.0", "2.16.0rc1"])
     m = load(write(tmp_path, HEAD + 'find_links: wheels\noffline: true\ntorch: [{version: "2.14.1"}, {version: "2.15.0"}, '
                                     '{version: latest}]\n'))
-    install = cell.install
+    install = installing.install
     monkeypatch.setattr(cell, "install", lambda *args, **kw: install(*args, **{**kw, "project": None}))  # no index for the project
     spec = _spec_of(m, LATEST, tmp_path)
-    python = cell.create_env(tmp_path / "env", PYTHON)
-    result = cell.install_and_run(spec, python, env_dir=tmp_path / "env")
+    python = installing.create_env(tmp_path / "env", PYTHON)
+    result = cells.install_and_run(spec, python, env_dir=tmp_path / "env")
     assert result == results.load(tmp_path / "results" / "torch-latest-cpu.json")
     assert (result.requested["torch"], result.requested["torch_asked"]) == ("2.15.0", "latest")
     assert result.requested["requirements"] == ["torch==2.15.0", "numpy"]
@@ -264,7 +269,7 @@ def test_a_latest_cell_runs_on_the_release_it_resolved_to_and_reports_it(no_netw
     assert not result.answer().clean
     log = spec.log_path.read_text()
     assert f"cell: torch latest is 2.15.0, the newest final release in {tmp_path / 'wheels'}" in log
-    [row] = cell.summarize(tmp_path / "results", ["torch-latest-cpu"])
+    [row] = summary.summarize(tmp_path / "results", ["torch-latest-cpu"])
     assert (row.cell, row.torch) == ("torch-latest-cpu", "2.15.0")
 
 
@@ -272,7 +277,7 @@ def test_a_latest_that_cannot_be_resolved_is_not_installed_naming_why(tmp_path: 
     (tmp_path / "empty").mkdir()
     spec = CellSpec(name="torch-latest-cpu", release=Release(LATEST), device="cpu", hypothesis_profile="ci", time_limit_s=60,
                     results_dir=tmp_path / "results", project_dir=ROOT, find_links=str(tmp_path / "empty"), offline=True)
-    result = cell.install_and_run(spec, Path(sys.executable))
+    result = cells.install_and_run(spec, Path(sys.executable))
     assert result.status == "not_installed"
     assert result["detail"] == f"cannot resolve torch latest: no final torch release in {tmp_path / 'empty'}"
     assert result.requested["torch"] == "latest" and result.release == "latest"

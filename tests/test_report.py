@@ -14,9 +14,11 @@ import jsonschema
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import compat, report, results
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance import results
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
+from cpugpu_conformance.report import render as report
+from cpugpu_conformance.report import view as compat
 
 REPRODUCER = 'import torch\nprint("<script>alert(1)</script> | pipe")\n'
 OBSERVED_11 = "RuntimeError: accelerator | none\nsecond line <b>"
@@ -478,7 +480,7 @@ def test_a_cell_that_names_no_device_still_gets_a_column(tmp_path: Path):
     d = tmp_path / "r"
     d.mkdir()
     rf.write(d, "a.json", rf.completed("2.13.0"))
-    rf.write(d, "b.json", rf.validate(results.new_result("ci-fallback", "error", detail="nox failed before the cell ran")))
+    rf.write(d, "b.json", rf.validate(results.CellResult.new("ci-fallback", "error", detail="nox failed before the cell ran")))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
     header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
     assert header[1:] == ["2.13.0 cpu", f"unknown {compat.NO_DEVICE}"]

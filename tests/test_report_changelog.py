@@ -13,9 +13,9 @@ import pytest
 import result_factory as rf
 from test_report import cuda_missing, markdown_table, parse
 
-from cpugpu_conformance import compat
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, applies
+from cpugpu_conformance.report import view as compat
 
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
 NO_CUDA = "no CUDA device on this machine"

@@ -3,18 +3,17 @@ buffer that frees its tensor and takes a new one at the same address (issue 15, 
 
 from __future__ import annotations
 
+import inspect
 import re
-import sys
+import textwrap
 
 import pytest
 import torch
-from suite_runner import REPO, run_script, run_suite
+from suite_runner import run_script, run_suite
 
-sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
-from conformance import checks  # noqa: E402
-from conformance.repro import Record, Scenario  # noqa: E402
-from conformance.snippets import BYTE_HELPERS, CONSTRUCT  # noqa: E402
-from cpugpu_conformance import devices  # noqa: E402
+from cpugpu_conformance import devices
+from cpugpu_conformance.testing import checks
+from cpugpu_conformance.testing.reproducer import Name, Record, Scenario
 
 # Correct, except that its second copy_to_gpu copies nothing: a failure the state machine
 # finds only after two copies, so its reproducer shows what happens between copies.
@@ -32,7 +31,7 @@ class SecondCopyLostBuffer(CpuGpuBuffer):
         return super().copy_to_gpu(n)
 '''
 
-COPY_LINE = re.compile(r"^buf\.copy_to_(gpu|cpu)\(.*\)$")
+COPY_LINE = re.compile(r"^copy\(buf, 'copy_to_(gpu|cpu)', .*\)$")  # the machine's copy step
 
 
 def _statements(script: str) -> list[str]:
@@ -64,10 +63,11 @@ def test_state_machine_reproducer_waits_after_every_copy(tmp_path):
     copies = [i for i, line in enumerate(lines) if COPY_LINE.match(line)]
     assert len(copies) >= 2, script  # the second copy is the bug: both are in the script
     for i in copies:
-        assert lines[i + 1] == "sync()", f"no sync() right after {lines[i]!r}:\n{script}"
-    # The wait is the registry's, for every device that has one, not a string of the suite's.
-    waits = devices.per_device(lambda d: d.sync)
-    assert waits in script and any(d.sync for d in devices.REGISTRY.values()), f"{waits!r} not in:\n{script}"
+        assert lines[i + 1] == "sync(device)", f"no sync(device) right after {lines[i]!r}:\n{script}"
+    # The wait is the registry's function for the device, under the helper's name, not the suite's own.
+    own = devices.get("cpu").sync
+    waits = textwrap.dedent(inspect.getsource(own)).replace(f"def {own.__name__}(", "def sync(", 1)
+    assert waits in script, f"{waits!r} not in:\n{script}"
     alone = run_script(tmp_path, script)
     assert alone.returncode != 0 and "ok: the promise held" not in alone.stdout, alone.stdout + alone.stderr
     assert "buf.gpu holds" in alone.stderr
@@ -122,14 +122,15 @@ class StorageOverlapBuffer:
 
 def _two_storages(Buffer) -> None:
     record = Record()
-    sc = Scenario(Buffer, record, "4", "two storages", "cpu", size=(3, 2), dtype=torch.float32,
-                  pin_memory=False, with_numpy=False)
-    sc.run(BYTE_HELPERS)
-    sc.run(f"buf = {CONSTRUCT}")
+    sc = Scenario(record, "4", "cpu", factory=Buffer, size=(3, 2), dtype=torch.float32, pin_memory=False,
+                  with_numpy=False)
+    sc.call(Name("make"), into="buf")
     try:
-        sc.run(checks.TWO_STORAGES)
-    finally:  # the whole check is in the reproducer (a snippet opening with a def was dropped as a helper)
-        assert checks.TWO_STORAGES.strip() in record.reproducer()
+        sc.call(checks.two_storages)
+    finally:  # the whole check is in the reproducer, and the call to it, whether it passed or failed
+        script = record.reproducer()
+        assert textwrap.dedent(inspect.getsource(checks.two_storages)).strip() in script
+        assert script.rstrip().splitlines()[-2] == "two_storages(buf, device)", script
 
 
 def test_two_storages_sees_one_storage_over_part_of_the_other():

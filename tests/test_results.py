@@ -299,7 +299,7 @@ def test_every_promise_of_the_contract_is_accepted():
 
 
 def test_the_schema_ships_as_a_json_file_in_the_package():
-    shipped = Path(results.__file__).parent / "schemas" / "cell-result.schema.json"
+    shipped = Path(results.__file__).parents[1] / "schemas" / "cell-result.schema.json"
     assert json.loads(shipped.read_text()) == results.schema()
     assert results.schema()["properties"]["status"]["enum"] == list(results.CELL_STATUSES)
     assert results.schema()["properties"]["schema_version"]["const"] == results.SCHEMA_VERSION

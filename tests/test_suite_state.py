@@ -3,25 +3,23 @@ reaches another's report, whether the tests run in threads or in xdist workers."
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import torch
-from suite_runner import REPO, TESTS, run_suite
+from suite_runner import TESTS, run_suite
 
-sys.path.insert(0, str(REPO))  # the suite's own modules, as pytest imports them for a run
-from conformance import repro  # noqa: E402
-from conformance.repro import Record, Scenario  # noqa: E402
-from cpugpu_conformance.reference import CpuGpuBuffer  # noqa: E402
+from cpugpu_conformance.reference import CpuGpuBuffer
+from cpugpu_conformance.testing import reproducer
+from cpugpu_conformance.testing.reproducer import Name, Record, Scenario
 
 
-def test_repro_keeps_no_per_test_state_in_the_module():
+def test_the_reproducer_module_keeps_no_per_test_state():
     for name in ("_state", "reset", "take", "blame", "observe", "take_blame", "take_observed", "set_impl_import"):
-        assert not hasattr(repro, name), f"conformance.repro.{name} is module-wide state"
+        assert not hasattr(reproducer, name), f"cpugpu_conformance.testing.reproducer.{name} is module-wide state"
 
 
 def _scenario(record: Record, size: tuple[int, ...]) -> Scenario:
-    return Scenario(CpuGpuBuffer, record, "1", "Shape and dtype", "cpu", size=size, dtype=torch.float32,
+    return Scenario(record, "1", "cpu", factory=CpuGpuBuffer, size=size, dtype=torch.float32,
                     pin_memory=False, with_numpy=True)
 
 
@@ -36,7 +34,8 @@ def test_two_threads_keep_their_own_reproducer_blame_and_observation():
         steps.wait()
         record.blame(f"blame-{name}")
         steps.wait()
-        sc.run(f"buf = Buffer(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)\nmark = {name!r}")
+        sc.call(Name("make"), into="buf")
+        sc.bind(mark=name)
         steps.wait()
         record.observe(f"observed-{name}")
         steps.wait()
@@ -49,7 +48,7 @@ def test_two_threads_keep_their_own_reproducer_blame_and_observation():
     for name, other in (("a", "b"), ("b", "a")):
         record = records[name]
         script = record.reproducer()
-        assert f"size = {sizes[name]!r}" in script and f"mark = {name!r}" in script, script
+        assert f"size = {sizes[name]!r}" in script and f"mark = {name!r}" in script and "buf = make()" in script, script
         assert f"size = {sizes[other]!r}" not in script and f"mark = {other!r}" not in script, script
         assert f"# impl for {name}" in script and f"# impl for {other}" not in script
         assert (record.blamed, record.observed) == (f"blame-{name}", f"observed-{name}")
@@ -77,7 +76,7 @@ def test_xdist_reports_carry_each_tests_own_reproducer_and_blame(tmp_path):
                 assert promise == "5" and "state machine" in script, (promise, failure["test"])
             else:
                 assert expected_header[promise] in script.splitlines()[0], (failure["test"], script.splitlines()[0])
-    tests_of_6 = {f["test"].split("::")[1].split("[")[0] for f in run.failures("6")}
+    tests_of_6 = {f["test"].split("::")[-1].split("[")[0] for f in run.failures("6")}  # the test, not its class
     assert tests_of_6 == {"test_bfloat16_with_numpy_raises_value_error"}, tests_of_6
     # The blame reached the controller: no failure fell outside the promises asked for.
     assert run.result["unattributed_failures"] == [], run.result["unattributed_failures"]

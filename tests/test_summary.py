@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 
-from cpugpu_conformance import cell
-from cpugpu_conformance.__main__ import main
+from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
+from cpugpu_conformance.report import summary
 
 
 def one_error(capsys) -> str:
@@ -34,7 +34,7 @@ def test_a_made_up_promise_that_passed_is_never_clean(tmp_path: Path, capsys) ->
     out = capsys.readouterr().out
     assert f"torch-2.13.0-cpu: {path}: not a valid cell result at promises: '99' is not a promise of the contract " \
            f"(1-{len(PROMISES)})" in out.splitlines()
-    [row] = cell.summarize(tmp_path)
+    [row] = summary.summarize(tmp_path)
     assert (row.answer, row.clean) == ("unreadable", False)
 
 
@@ -65,7 +65,7 @@ def test_a_cell_name_that_is_not_a_plain_name_is_one_line_exit_2(tmp_path: Path,
 
 def test_summarize_itself_refuses_a_name_outside_the_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a plain cell name"):
-        cell.summarize(tmp_path, ["../good"])
+        summary.summarize(tmp_path, ["../good"])
 
 
 def test_an_empty_results_dir_argument_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -98,4 +98,4 @@ def test_hidden_files_are_not_cells(tmp_path: Path, capsys) -> None:
     rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
     (tmp_path / ".torch-2.14.1-cpu.json").write_text("{", encoding="utf-8")
     assert main(["summary", str(tmp_path)]) == 0
-    assert [row.cell for row in cell.summarize(tmp_path)] == ["torch-2.13.0-cpu"]
+    assert [row.cell for row in summary.summarize(tmp_path)] == ["torch-2.13.0-cpu"]

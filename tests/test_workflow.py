@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cell import HELD_SUITE, fake_python, held_suite_pids, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, wait_for
+from test_runner_processes import HELD_SUITE, held_suite_pids
 
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
+from cpugpu_conformance.runner import matrix as matrices
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "conformance.yml"
@@ -415,7 +416,7 @@ def test_a_cell_with_an_unreadable_result_is_recorded_as_error(tmp_path):
 
 
 def test_a_cell_with_a_result_keeps_it(tmp_path):
-    kept = results.new_result("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(tmp_path / "results" / "torch-2.15.0-cpu.json")
+    kept = results.CellResult.new("torch-2.15.0-cpu", "crashed", detail="SIGABRT").write(tmp_path / "results" / "torch-2.15.0-cpu.json")
     before = kept.read_bytes()
     run, _ = fallback(tmp_path, "nox > ...\n")
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: the cell's answer stands"

@@ -55,6 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from .impl import DEFAULT_SPEC
+from .results.text import last_line
+
+NO_OUTPUT = "(no output)"  # what a run that printed nothing shows as its last line
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.py"
@@ -322,7 +325,7 @@ def run_baseline(command: list[str], root: Path, display: str, limit: float) -> 
     if proc.returncode != 0:
         raise BadInput(
             f"baseline: the suite fails on the unmutated {display} (pytest exit {proc.returncode}): "
-            f"{_last_line(proc.stderr) or _last_line(proc.stdout)}"
+            f"{last_line(proc.stderr, 300, NO_OUTPUT) or last_line(proc.stdout, 300, NO_OUTPUT)}"
         )
     return time.monotonic() - started
 
@@ -357,7 +360,7 @@ def cosmic_ray(args: Sequence[Any], root: Path, log: Path) -> subprocess.Popen:
 def init_session(config: Path, session: Path, root: Path, log: Path) -> None:
     rc = cosmic_ray(["init", config, session, "--force"], root, log).wait()
     if rc != 0:
-        raise BadInput(f"cosmic-ray init failed (exit {rc}): {_last_line(log.read_text(encoding='utf-8'))}")
+        raise BadInput(f"cosmic-ray init failed (exit {rc}): {last_line(log.read_text(encoding='utf-8'), 300, NO_OUTPUT)}")
 
 
 def list_mutants(session: Path, copy: Path) -> list[Mutant]:
@@ -438,17 +441,12 @@ def tidy_diff(diff: str, copy: Path, display: str) -> str:
     return "\n".join(lines).replace(f"/{copy}", f"/{display.lstrip('/')}").replace(str(copy), display)
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
-
-
 def killer(output: str) -> str:
     """The first failing test in a killed run's output, else its last line."""
     for line in output.splitlines():
         if line.startswith(("FAILED ", "ERROR ")):
             return line.split(" - ")[0][:200]
-    return _last_line(output)
+    return last_line(output, 300, NO_OUTPUT)
 
 
 def _duration(seconds: float) -> str:
@@ -491,7 +489,7 @@ def summarize(mutants: Sequence[Mutant], stale: Sequence[Equivalent]) -> tuple[i
         if m.outcome == SURVIVED:
             lines += ["", f"SURVIVED {_mutant_line(m)}", m.diff or "(no diff stored)"]
         elif m.outcome != KILLED:
-            lines += ["", f"{m.outcome.upper()} {_mutant_line(m)}", _last_line(m.output)]
+            lines += ["", f"{m.outcome.upper()} {_mutant_line(m)}", last_line(m.output, 300, NO_OUTPUT)]
     lines += [f"EQUIVALENT-LISTED MUTANT {m.outcome}: {_mutant_line(m)}" for m in contradicted]
     lines += [f"STALE equivalent entry (matches no mutant): {e.describe()}" for e in stale]
     lines += _section("killed:", [f"{_mutant_line(m)}  by {killer(m.output)}" for m in judged if m.outcome == KILLED])
@@ -582,7 +580,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         read_results(session, mutants, copy, display, args.check_equivalents)
         code, lines = summarize(mutants, stale)
         if rc != 0:
-            lines.insert(0, f"cosmic-ray exec failed (exit {rc}): {_last_line(log.read_text(encoding='utf-8'))}")
+            lines.insert(0, f"cosmic-ray exec failed (exit {rc}): {last_line(log.read_text(encoding='utf-8'), 300, NO_OUTPUT)}")
             code = code or 1
     print("\n".join(lines))
     print(f"\nbaseline {_duration(baseline)}, timeout {timeout:.0f} s per mutant, exec {_duration(took)}; {len(mutants)} mutants")

@@ -12,7 +12,6 @@ import pytest
 from cpugpu_conformance import devices
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 
-
 # How the run spells the plugin's options, for its one-line errors: the plugin's own names, or
 # the shipped suite's (conformance/conftest.py: --device, --promise, --cell-result, --cell-name).
 FLAGS = {

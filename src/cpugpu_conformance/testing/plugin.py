@@ -236,6 +236,7 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
     return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed, plan.accelerators if plan else ())
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: the classes left are the ones tested
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ours = [item for item in items if _ours(getattr(item, "cls", None))]
     if not ours:

@@ -82,7 +82,8 @@ def literal(value: Any) -> str:
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"  # as callers pass it, not "device(type='cpu')"
     if isinstance(value, np.ndarray):
-        return f"np.array({value.tolist()!r}, dtype=np.{value.dtype.name})"
+        # The dtype by its name: np.bool is NumPy 2's spelling only (NumPy 1.24 to 1.26 have np.bool_).
+        return f"np.array({value.tolist()!r}, dtype={value.dtype.name!r})"
     return repr(value)
 
 
@@ -248,7 +249,8 @@ class Scenario:
         head = (self.header + "import numpy as np\nimport torch\n" + "".join(f"{line}\n" for line in imports)
                 + "\n" + self.record.impl_import.rstrip("\n") + "\n")
         body = "".join(step.line for step in steps) + 'print("ok: the promise held")\n'
-        return "\n\n".join([head, *(d.rstrip("\n") + "\n\n" for d in definitions), body])
+        # PEP 8: two blank lines around each definition, none doubled.
+        return "\n\n".join([head, *(d.rstrip("\n") + "\n" for d in definitions), body])
 
     def _definitions(self, steps: list[Step]) -> tuple[list[str], list[str]]:
         """The source of every function the steps call, and of the library functions those call, each
@@ -265,6 +267,11 @@ class Scenario:
             sources[name] = ""  # being visited: a function that calls itself is written once
             attribute = getattr(func, "__per_device__", None)
             body = getattr(devices.get(self.device), attribute) if attribute else func
+            if body is None:  # the registry has none for this device: the script says so where it is called
+                sources[name] = (f"def {name}(*args):\n    raise NotImplementedError("
+                                 f"{f'the device registry has no {attribute} for {self.device}'!r})\n")
+                order.append(name)
+                return
             for used in sorted(_code_names(body.__code__)):
                 value = body.__globals__.get(used)
                 if inspect.ismodule(value) and used not in _HEADER_MODULES:

@@ -18,25 +18,12 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpugpu_conformance import bisect as bisecting
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
 from cpugpu_conformance import results
-from cpugpu_conformance.cli_cell import run_matrix_cell
-from cpugpu_conformance.cli_common import (
-    PathArgument,
-    UsageError,
-    add_matrix_option,
-    add_results_option,
-    checkout,
-    default_results,
-    error,
-    interrupted_exit,
-    load_matrix,
-    parse,
-    parser_for,
-    refuse_owned_options,
-)
+from cpugpu_conformance.cli import common
+from cpugpu_conformance.cli.cell import run_matrix_cell
+from cpugpu_conformance.runner import bisection as bisecting
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import processes
 
 PROG = "bisect"
 HELP = "find the first torch release between GOOD and BAD whose verdicts or observed behaviour change"
@@ -45,12 +32,8 @@ HELP = "find the first torch release between GOOD and BAD whose verdicts or obse
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("good", metavar="GOOD", help="a release that answers as expected (2.3.1)")
     parser.add_argument("bad", metavar="BAD", help="a later release that answers differently (2.6.0)")
-    parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
-    parser.add_argument("--envdir", action=PathArgument, metavar="DIR",
-                        help="folder of the releases' environments (default: .nox in the checkout)")
-    add_matrix_option(parser)
-    add_results_option(parser)
-    parser.epilog = "Other options, and arguments after --, go to pytest."
+    common.add_cell_options(parser, env=("--envdir", "folder of the releases' environments (default: .nox in the checkout)"),
+                            epilog="Other options, and arguments after --, go to pytest.")
 
 
 def _folders(matrix: matrices.Matrix) -> list[str]:
@@ -60,28 +43,28 @@ def _folders(matrix: matrices.Matrix) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parse(parser_for(PROG, HELP, add_arguments), argv, lenient=True)
+    args = common.parse(common.parser_for(PROG, HELP, add_arguments), argv, lenient=True)
     return args if isinstance(args, int) else run(args)
 
 
 def run(args: argparse.Namespace) -> int:
     pytest_args = getattr(args, "pytest_args", [])
     try:
-        refuse_owned_options(pytest_args)
-        matrix = load_matrix(args.matrix)
+        common.refuse_owned_options(pytest_args)
+        matrix = common.load_matrix(args.matrix)
         device = args.device or matrix.devices[0].name
         try:
             matrix.device(device)
         except KeyError as exc:
-            raise UsageError(exc.args[0]) from None
+            raise common.UsageError(exc.args[0]) from None
         for label, version in (("GOOD", args.good), ("BAD", args.bad)):
             if not matrices.is_torch_version(version) or version == matrices.LATEST:
-                raise UsageError(f"{label} {version!r} is not a torch release like 2.13.0")
-        project = checkout()
-    except UsageError as exc:
-        return error(PROG, str(exc))
+                raise common.UsageError(f"{label} {version!r} is not a torch release like 2.13.0")
+        project = common.checkout()
+    except common.UsageError as exc:
+        return common.error(PROG, str(exc))
     envdir = args.envdir or project / ".nox"
-    results_dir = (args.results or default_results()) / "bisect"
+    results_dir = (args.results or common.default_results()) / "bisect"
 
     def run_release(version: str) -> Path:
         cell = matrix.cell_for_release(version, device)
@@ -93,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
         return bisecting.run(args.good, args.bad, run_release, index_url=matrix.index_url,
                              find_links=_folders(matrix), offline=matrix.offline)
     except results.ResultPathBusy as exc:
-        return error(PROG, str(exc))
-    except cells.CellInterrupted as exc:
-        return interrupted_exit(exc.signum)
+        return common.error(PROG, str(exc))
+    except processes.CellInterrupted as exc:
+        return common.interrupted_exit(exc.signum)

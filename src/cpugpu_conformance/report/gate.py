@@ -1,6 +1,6 @@
 """Baseline cell vs candidate cell -> may we upgrade torch?
 
-``python -m cpugpu_conformance gate --baseline FILE --candidate FILE [--device D] [--strict]``
+``cpugpu-conformance gate --baseline FILE --candidate FILE [--device D] [--strict]`` (cli/gate.py)
 
 The gate compares verdicts and nothing else (``results.diff``). Exit codes:
   0  every promise that passed in the baseline passes in the candidate, on every device
@@ -25,15 +25,9 @@ kinds the gate says so in one warning and counts no change, with or without --st
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-from pathlib import Path
 
-from .promises import DEVICES
-from .results import CellResult, Comparison, ResultFileError, diff, one_line
-
-HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
+from ..results import CellResult, Comparison, one_line
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -59,12 +53,9 @@ def same_result(baseline: CellResult, candidate: CellResult) -> str | None:
     return None
 
 
-def exit_code(cmp: Comparison, strict: bool) -> int:
-    if not cmp.comparable:
-        return 2
-    if cmp.regressions or (strict and cmp.observation_changes):
-        return 1
-    return 0
+def fails(cmp: Comparison, strict: bool) -> bool:
+    """A comparable pair the gate fails: a regression, or (--strict) a change in observed behaviour."""
+    return bool(cmp.regressions or (strict and cmp.observation_changes))
 
 
 def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparison, strict: bool) -> str:
@@ -96,7 +87,7 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     out.append("")
     if cmp.regressions:
         out.append(f"FAIL: {len(cmp.regressions)} regression(s) out of {cmp.checked} promise checks that passed in the baseline")
-    elif exit_code(cmp, strict):
+    elif fails(cmp, strict):
         out.append(f"FAIL (--strict): {len(cmp.observation_changes)} change(s) in observed torch behaviour")
     else:
         warned = (len(cmp.warnings) + len(cmp.recorded_changes) + len(cmp.observation_changes)
@@ -106,42 +97,3 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
         out.append(f"PASS: all {cmp.checked} promise checks that passed in the baseline pass in the candidate"
                    + still + (f" ({warned} warning(s) above)" if warned else ""))
     return "\n".join(out)
-
-
-# --- command line ------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--baseline", required=True, type=Path, metavar="FILE", help="result file of the torch in use")
-    parser.add_argument("--candidate", required=True, type=Path, metavar="FILE", help="result file of the torch to upgrade to")
-    parser.add_argument("--device", action="append", metavar="DEVICE",
-                        help="device to compare (repeatable; default: every device the baseline was asked to test)")
-    parser.add_argument("--strict", action="store_true", help="also fail (exit 1) when the observed torch behaviour changed")
-
-
-def _error(line: str) -> None:
-    print(f"cpugpu-conformance gate: error: {line}", file=sys.stderr)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        baseline = CellResult.load(args.baseline)
-        candidate = CellResult.load(args.candidate)
-    except ResultFileError as exc:
-        _error(str(exc))
-        return 2
-    unknown = [d for d in args.device or () if d not in DEVICES]
-    if unknown:
-        _error(f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}")
-        return 2
-    cmp = diff(baseline, candidate, devices=args.device)
-    if not cmp.comparable:
-        _error(f"nothing to compare ({len(cmp.unusable)} gap(s)), refusing to pass:")
-        for line in cmp.unusable:
-            _error(line)
-        return 2
-    same = same_result(baseline, candidate)
-    if same:
-        cmp.warnings.insert(0, same)
-    print(format_comparison(baseline, candidate, cmp, args.strict))
-    return exit_code(cmp, args.strict)

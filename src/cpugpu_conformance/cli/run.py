@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .exits import ExitCode
+
 HELP = "run the conformance suite on the reference or your class (--impl SPEC); every argument goes to pytest"
 
 # Named so that pytest never picks it up by itself (it looks for pytest.ini): a checkout's
 # `pytest conformance` keeps the repository's own configuration.
 INI_NAME = "suite.ini"
 
-EXIT_INTERRUPTED = 2  # pytest's own code for a run that did not go through
-EXIT_USAGE = 4  # pytest's own code for bad input
 
 # The suite's options that take a value (conftest.py adds them). pytest reads the command
 # line once before it loads any conftest.py, when it does not know these yet: it takes
@@ -74,7 +74,7 @@ class SuiteNotFound(Exception):
 
 def suite_dir() -> Path:
     """The suite's folder: inside the installed package, or conformance/ next to src/ in a checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     candidates = (package / "suite", package.parent.parent / "conformance")
     for folder in candidates:
         if (folder / "conftest.py").is_file() and (folder / INI_NAME).is_file():
@@ -158,7 +158,7 @@ def _check_plugin(prepared: Prepared, plugin: str) -> None:
 def _check_result_path(prepared: Prepared) -> None:
     """--cell-result names a regular file or a path that does not exist yet; never a FIFO, a
     device, a directory (the rename that writes a result would replace it)."""
-    from . import results
+    from .. import results
 
     path = prepared.cell_result
     if path is None:
@@ -202,14 +202,14 @@ def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int
     """Replace the file at --cell-result with this run's ``status`` for a run that did not get to
     write its own answer (never leave an earlier run's verdict there); returns why it could
     not, or None. A path another run holds is left alone."""
-    from . import results
+    from .. import results
 
     path = prepared.cell_result
     if not path:
         return None
     try:
         with results.exclusive(path):
-            results.new_result(_cell_name(prepared), status, detail=detail, pytest_exitstatus=exitstatus,
+            results.CellResult.new(_cell_name(prepared), status, detail=detail, pytest_exitstatus=exitstatus,
                                impl=prepared.values.get("--impl"), argv=sys.argv[1:]).write(path)
     except results.ResultPathBusy:
         return None  # another run is writing it: its answer, not an older one, will be there
@@ -220,9 +220,9 @@ def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int
 
 def _refuse(prepared: Prepared) -> int:
     assert prepared.refusal is not None
-    problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", EXIT_USAGE)
+    problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", ExitCode.PYTEST_USAGE)
     print(f"cpugpu-conformance run: {prepared.refusal}" + (f" ({problem})" if problem else ""), file=sys.stderr)
-    return EXIT_USAGE
+    return ExitCode.PYTEST_USAGE
 
 
 # ---------------------------------------------------------------------------- the test process
@@ -255,7 +255,7 @@ def child_main(end: str, args: Sequence[str]) -> None:
         # xdist's workers go without: they read the same arguments, which it let through.
         code = int(pytest.main(list(args), plugins=[sys.modules[__name__]]))
     except KeyboardInterrupt:  # a second Ctrl-C while pytest was ending: interrupted all the same
-        code = EXIT_INTERRUPTED
+        code = ExitCode.PYTEST_INTERRUPTED
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
@@ -330,16 +330,16 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
         # The file holds the run's placeholder, or (killed before pytest held it) an earlier
         # run's answer: either way it now says how this run ended.
         how = f"the test process {_how_it_ended(returncode)} before pytest finished"
-        problem = record_refusal(prepared, "interrupted", f"{how}: not every test ran", EXIT_INTERRUPTED)
+        problem = record_refusal(prepared, "interrupted", f"{how}: not every test ran", ExitCode.PYTEST_INTERRUPTED)
         sys.stdout.write("\n")  # end the line of test progress the process left unfinished
         sys.stdout.flush()
         print(f"cpugpu-conformance run: {how}: the run was interrupted, it is not a pass"
               + (f" ({problem})" if problem else ""), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.PYTEST_INTERRUPTED
     if code != 0 and _identity(prepared.cell_result) == before:
         # pytest refused the command line before the suite started (its message is above):
         # an earlier run's verdict must not stay at the path this run was asked to write.
-        status = "interrupted" if code == EXIT_INTERRUPTED else "error"
+        status = "interrupted" if code == ExitCode.PYTEST_INTERRUPTED else "error"
         record_refusal(prepared, status, f"pytest exit status {code} before the suite started (see the run's output)", code)
     return code
 
@@ -350,7 +350,7 @@ def main(args: Sequence[str]) -> int:
         folder = suite_dir()
     except SuiteNotFound as exc:
         print(exc, file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.PYTEST_USAGE
     prepared = prepare(args)
     if prepared.refusal:
         return _refuse(prepared)

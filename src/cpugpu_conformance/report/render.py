@@ -9,7 +9,7 @@ both shown, each column labelled with its file, and flagged.
 
 The same results always give the same bytes: what differs between runs of the same torch
 (start time, duration, command line, the runner's kernel) is left out as each result is
-read (``compat.stable_fields``), and nothing in the outputs depends on the clock, the
+read (``view.stable_fields``), and nothing in the outputs depends on the clock, the
 output folder or the order of keys in a file.
 
 The report is all or nothing: see ``publish``.
@@ -17,16 +17,9 @@ The report is all or nothing: see ``publish``.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import functools
 import json
 import os
-import secrets
-import shutil
-import stat
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,37 +27,35 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from . import compat
-from .compat import ANSWERS, MARKS, Cell, Column, ObservationChange, Step, VerdictChange
-from .results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
+from ..results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
+from . import view
+from .publish import ReportError, publish
+from .view import ANSWERS, MARKS, Column, ObservationChange, ReportedCell, Step, VerdictChange
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
 COMPAT_SCHEMA_VERSION = 4
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
+
 PROG = "cpugpu-conformance report"
-
-
-class ReportError(Exception):
-    """The report cannot be made at all (no results, unwritable output): exit 2."""
 
 
 @dataclass
 class Collected:
-    cells: list[Cell] = field(default_factory=list)
+    cells: list[ReportedCell] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def duplicates(self) -> dict[str, list[str]]:
-        return compat.duplicates(self.cells)
+        return view.duplicates(self.cells)
 
     # The changelog feeds both compat.json and the pages: worked out once.
     @functools.cached_property
     def verdict_changes(self) -> list[VerdictChange]:
-        return compat.verdict_changes(self.cells)
+        return view.verdict_changes(self.cells)
 
     @functools.cached_property
     def observation_changes(self) -> list[ObservationChange]:
-        return compat.observation_changes_by_release(self.cells)
+        return view.observation_changes_by_release(self.cells)
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -90,7 +81,7 @@ def load_cell(path: Path) -> CellResult:
     """CellResult.load without the run-specific fields, with every way a hostile file can
     fail as one ResultFileError line."""
     try:
-        return CellResult(compat.stable_fields(json_of(read_regular_file(path), path)), str(path))
+        return CellResult(view.stable_fields(json_of(read_regular_file(path), path)), str(path))
     except ResultFileError:
         raise
     except RecursionError:  # nesting the parser accepted but a walk over the tree did not
@@ -116,17 +107,17 @@ def collect(results_dir: Path, out_dir: Path | None = None) -> Collected:
             skipped.append({"file": one_line(path.name), "reason": one_line(reason, 400)})
     if not loaded:
         raise ReportError(f"no valid result files in {one_line(results_dir)} ({len(skipped)} skipped as invalid)")
-    return Collected(compat.mark_cells(loaded), skipped)
+    return Collected(view.mark_cells(loaded), skipped)
 
 
 # --- the model handed to the templates ------------------------------------------------
 
 
-def _styles(styles: dict[str, compat.MarkStyle]) -> dict[str, dict[str, str]]:
+def _styles(styles: dict[str, view.MarkStyle]) -> dict[str, dict[str, str]]:
     return {k: {"symbol": s.symbol, "word": s.word, "label": s.label, "meaning": s.meaning} for k, s in styles.items()}
 
 
-def _cell_ref(cell: Cell | None) -> dict[str, str] | None:
+def _cell_ref(cell: ReportedCell | None) -> dict[str, str] | None:
     return None if cell is None else {"release": cell.release, "cell": cell.name, "source": cell.file}
 
 
@@ -144,7 +135,7 @@ def _changes_json(verdicts: list[VerdictChange], observations: list[ObservationC
     }
 
 
-def _compat_entry(cell: Cell, numbers: list[str]) -> dict[str, Any]:
+def _compat_entry(cell: ReportedCell, numbers: list[str]) -> dict[str, Any]:
     entry = {k: v for k, v in cell.result.to_json().items() if k not in ("schema", "schema_version")}
     answer = cell.result.answer()
     devices = cell.devices()
@@ -168,12 +159,12 @@ def _compat_validator() -> Any:
 
 
 def build_compat(got: Collected) -> dict[str, Any]:
-    numbers = compat.promise_numbers(got.cells)
+    numbers = view.promise_numbers(got.cells)
     data = {
         "schema": COMPAT_SCHEMA_ID,
         "schema_version": COMPAT_SCHEMA_VERSION,
         "generated_from": [c.file for c in got.cells],
-        "promises": {p: compat.promise_title(p, got.cells) for p in numbers},
+        "promises": {p: view.promise_title(p, got.cells) for p in numbers},
         "marks": _styles(MARKS),
         "answers": _styles(ANSWERS),
         "cells": [_compat_entry(cell, numbers) for cell in got.cells],
@@ -186,7 +177,7 @@ def build_compat(got: Collected) -> dict[str, Any]:
     return data
 
 
-def _failure_sections(cells: list[Cell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
+def _failure_sections(cells: list[ReportedCell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
     """One section per failed promise and device, then per cell's failures outside any promise."""
     col_of = {(id(c.cell), c.device): c for c in cols}
     row_of = {n: i for i, n in enumerate(numbers, 1)}
@@ -195,7 +186,7 @@ def _failure_sections(cells: list[Cell], cols: list[Column], numbers: list[str])
         for number, device, out in cell.failures():
             sections.append({
                 "anchor": f"fail-{col_of[(id(cell), device)].index}-{row_of[number]}",
-                "heading": f"{cell.release} {device} ({cell.name}): promise {number}, {compat.promise_title(number, cells)}",
+                "heading": f"{cell.release} {device} ({cell.name}): promise {number}, {view.promise_title(number, cells)}",
                 "items": list(out.failures),
             })
         if cell.unattributed_failures():
@@ -207,15 +198,15 @@ def _failure_sections(cells: list[Cell], cols: list[Column], numbers: list[str])
     return sections
 
 
-def _matrix_rows(cells: list[Cell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
+def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
     """One row per promise: each column's mark, and where a note only repeats an earlier one."""
     rows = []
     for i, number in enumerate(numbers, 1):
         outs = {col.index: col.cell.mark(number, col.device) for col in cols}
-        repeats = compat.repeated_notes(outs, cols)
+        repeats = view.repeated_notes(outs, cols)
         marks = [{"mark": outs[col.index], "style": MARKS[outs[col.index].kind], "anchor": f"fail-{col.index}-{i}",
                   "same_as": repeats.get(col.index)} for col in cols]
-        rows.append({"number": number, "title": compat.promise_title(number, cells), "marks": marks})
+        rows.append({"number": number, "title": view.promise_title(number, cells), "marks": marks})
     return rows
 
 
@@ -229,10 +220,10 @@ def _by_step(changes: list[tuple[Step, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
-def _promises_text(promises: tuple[str, ...], cells: list[Cell]) -> tuple[str, str]:
+def _promises_text(promises: tuple[str, ...], cells: list[ReportedCell]) -> tuple[str, str]:
     """(what the row says, its tooltip): one promise by number and title, several by number
     (titles on hover, so a GPU gone missing stays one short row), none: every promise."""
-    titles = [f"{n}. {compat.promise_title(n, cells)}" for n in promises]
+    titles = [f"{n}. {view.promise_title(n, cells)}" for n in promises]
     if not titles:
         return "every promise", ""
     if len(titles) == 1:
@@ -240,7 +231,7 @@ def _promises_text(promises: tuple[str, ...], cells: list[Cell]) -> tuple[str, s
     return ", ".join(promises), "; ".join(titles)
 
 
-def _verdict_rows(cells: list[Cell], changes: list[VerdictChange]) -> list[tuple[Step, dict[str, Any]]]:
+def _verdict_rows(cells: list[ReportedCell], changes: list[VerdictChange]) -> list[tuple[Step, dict[str, Any]]]:
     rows = []
     for change in changes:
         text, titles = _promises_text(change.promises, cells)
@@ -256,16 +247,16 @@ def _shown(out: Outcome | None) -> dict[str, Any] | None:
 
 def _observation_histories(got: Collected) -> list[dict[str, Any]]:
     """One changelog of observed behaviour per kind of machine, each with the cells it reads."""
-    return [{"machine": machine, "cells": compat.observed_on(got.cells, machine),
+    return [{"machine": machine, "cells": view.observed_on(got.cells, machine),
              "log": _by_step([(c.step, c) for c in got.observation_changes if c.machine == machine])}
-            for machine in compat.machines(got.cells)]
+            for machine in view.machines(got.cells)]
 
 
 def build_view(got: Collected) -> dict[str, Any]:
     cells = got.cells
-    cols = compat.columns(cells)
-    numbers = compat.promise_numbers(cells)
-    observed_cells, probe_rows = compat.observation_table(cells)
+    cols = view.columns(cells)
+    numbers = view.promise_numbers(cells)
+    observed_cells, probe_rows = view.observation_table(cells)
     return {
         "cells": cells,
         "columns": cols,
@@ -275,7 +266,7 @@ def build_view(got: Collected) -> dict[str, Any]:
         "verdict_log": _by_step(_verdict_rows(cells, got.verdict_changes)),
         "failures": _failure_sections(cells, cols, numbers),
         # Markdown has no hover: list why each untested mark is untested.
-        "untested_notes": [note for col in cols for note in compat.untested_notes(col, numbers)],
+        "untested_notes": [note for col in cols for note in view.untested_notes(col, numbers)],
         "incomplete": [c for c in cells if not c.completed],
         "observed_cells": observed_cells,
         "unobserved_cells": [c for c in cells if not c.result.observations],
@@ -336,7 +327,7 @@ def html_dotted(value: Any) -> markupsafe.Markup:
 def _environment(autoescape: bool) -> jinja2.Environment:
     """One environment per escaping mode, kept so each template compiles once per process."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("cpugpu_conformance", "templates"),
+        loader=jinja2.PackageLoader("cpugpu_conformance.report", "templates"),
         autoescape=autoescape,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -366,181 +357,8 @@ def render(got: Collected) -> dict[str, bytes]:
     return {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()}
 
 
-# --- publishing --------------------------------------------------------------------------
-
-
-class _Blocked(OSError):
-    """An output path that is in the way: found before anything is written."""
-
-
-def publish(out_dir: Path, files: dict[str, bytes]) -> None:
-    """Put ``files`` into out_dir so that a failure anywhere leaves the previous report intact.
-
-    Why file by file and not a swapped directory: ``--out`` may be the results folder
-    itself, or a folder where a user keeps other files, or one a web server or a shell is
-    sitting in. Swapping the folder would mean copying everything else in it (slow, and
-    lossy: ownership, links, open handles) and leaves an instant with no folder at all. So
-    only the three outputs are touched, in three steps:
-
-    1. check: every output that exists is a writable regular file (a directory named
-       COMPAT.md, or a read-only index.html, stops the report before anything is written);
-    2. stage: each file is written in full, fsynced and set to 0644, under a hidden
-       temporary name in out_dir (same file system, so the rename below is atomic);
-    3. commit: each previous output is kept under a hidden backup name (a hard link, so
-       the old file never leaves its path), then each staged file is renamed over its
-       output. If any rename fails, the ones done are rolled back from the backups.
-
-    A reader sees each file either whole-old or whole-new; only a process killed in the
-    middle of step 3 (three renames) can leave a mix, with the backups beside it.
-    """
-    created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        _check_writable(out_dir, files)
-        staged = _stage(out_dir, files)
-        try:
-            _commit(out_dir, staged)
-        finally:
-            for tmp in staged.values():
-                tmp.unlink(missing_ok=True)
-    except OSError as exc:
-        if created:
-            with contextlib.suppress(OSError):
-                out_dir.rmdir()  # only if empty: it was ours
-        path = exc.filename2 or exc.filename  # for a rename, the destination says more
-        where = f" ({one_line(path)})" if path else ""
-        raise ReportError(f"cannot write the report to {one_line(out_dir)}: {exc.strerror or exc}{where}; "
-                          "the previous report is left as it was") from None
-    _fsync_dir(out_dir)
-
-
-def _check_writable(out_dir: Path, files: dict[str, bytes]) -> None:
-    if not out_dir.is_dir():
-        raise _Blocked(f"{one_line(out_dir)} is not a directory")
-    for name in files:
-        target = out_dir / name
-        try:
-            info = target.stat()
-        except FileNotFoundError:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            raise _Blocked(f"{one_line(target)} is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise _Blocked(f"{one_line(target)} is not a regular file")
-        # Mode bits as well as access(): root may write anything, but a file someone made
-        # read-only is one they meant to keep.
-        if not os.access(target, os.W_OK) or not info.st_mode & 0o222:
-            raise _Blocked(f"{one_line(target)} is read-only")
-
-
-def _stage(out_dir: Path, files: dict[str, bytes]) -> dict[str, Path]:
-    staged: dict[str, Path] = {}
-    try:
-        for name, content in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".new", dir=out_dir)
-            staged[name] = Path(tmp)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600: a published file must be readable
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-    except BaseException:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    return staged
-
-
-def _keep_previous(target: Path) -> Path | None:
-    """A hidden second name for the current output, or None when there is none."""
-    if not target.exists():
-        return None
-    backup = target.with_name(f".{target.name}.previous-{secrets.token_hex(4)}")
-    try:
-        os.link(target, backup)
-    except OSError:  # a file system without hard links
-        shutil.copy2(target, backup)
-    return backup
-
-
-def _commit(out_dir: Path, staged: dict[str, Path]) -> None:
-    backups: dict[str, Path | None] = {}
-    done: list[str] = []
-    try:
-        for name in staged:
-            backups[name] = _keep_previous(out_dir / name)
-        for name, tmp in staged.items():
-            os.replace(tmp, out_dir / name)
-            done.append(name)
-    except BaseException:
-        for name in reversed(done):
-            with contextlib.suppress(OSError):
-                backup = backups.get(name)
-                if backup is None:
-                    (out_dir / name).unlink()
-                else:
-                    os.replace(backup, out_dir / name)
-        raise
-    finally:
-        for backup in backups.values():
-            if backup is not None:
-                backup.unlink(missing_ok=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the renames durable; not every platform or file system can, which is fine."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def make_report(results_dir: Path, out_dir: Path) -> Collected:
     got = collect(results_dir, out_dir)
     publish(out_dir, render(got))
     return got
 
-
-# --- command line ------------------------------------------------------------------------
-
-HELP = "merge cell result files into compat.json, COMPAT.md and index.html"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # Strings, made paths in run(): Path("") is the current folder, and an empty --out must be refused, not obeyed.
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="folder holding one <cell>.json per cell")
-    parser.add_argument("--out", default="compat", help="output folder (default: compat)")
-
-
-def _folder(name: str, value: str | os.PathLike[str]) -> Path:
-    """A folder argument as a path; an empty one is bad input (it would mean the current folder)."""
-    if str(value) == "":
-        raise ReportError(f"{name} '': an empty path (it would stand for the current folder)")
-    return Path(value)
-
-
-def warnings(got: Collected) -> list[str]:
-    """One line each: files left out, and cell names claimed by more than one file."""
-    lines = [f"skipped {s['file']}: {s['reason']}" for s in got.skipped]
-    for name, files in got.duplicates.items():
-        lines.append(f"cell {one_line(name)} is in {len(files)} result files ({', '.join(files)}): "
-                     "each is shown in its own columns, labelled with its file")
-    return lines
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
-    except ReportError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    for line in warnings(got):
-        print(f"{PROG}: warning: {line}", file=sys.stderr)
-    incomplete = sum(1 for c in got.cells if not c.completed)
-    clean = sum(1 for c in got.cells if c.result.answer().clean)
-    out = one_line(args.out)
-    print(f"wrote {out}/compat.json, {out}/COMPAT.md, {out}/index.html: {len(got.cells)} cells "
-          f"({clean} clean, {incomplete} did not complete), {len(got.skipped)} files skipped")
-    return 0

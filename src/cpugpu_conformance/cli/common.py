@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpugpu_conformance import matrix as matrices
+from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.runner import matrix as matrices
 
-EXIT_USAGE = 2
 # The matrix subcommands read matrix.yaml (pyyaml, jsonschema) and versions (packaging): the [tools] extra.
 TOOLS = ("yaml", "jsonschema", "packaging")
 
@@ -52,7 +52,7 @@ class PathArgument(argparse.Action):
                  option_string: str | None = None) -> None:
         if values == "":
             name = option_string or self.metavar or self.dest
-            parser.exit(EXIT_USAGE, f"{parser.prog}: error: {name} '': an empty path (it would stand for the "
+            parser.exit(ExitCode.USAGE, f"{parser.prog}: error: {name} '': an empty path (it would stand for the "
                                     "current folder)\n")
         setattr(namespace, self.dest, None if values is None else Path(values))
 
@@ -67,10 +67,23 @@ def add_results_option(parser: argparse.ArgumentParser) -> None:
                         help="where result files and logs go (default: $CONFORMANCE_RESULTS, else results)")
 
 
+def add_cell_options(parser: argparse.ArgumentParser, *, device: bool = True, env: tuple[str, str] | None = None,
+                     epilog: str = "") -> None:
+    """The options of the commands that run cells (cell, matrix, bisect): ``--device`` (one of the
+    matrix's), the environment folder (``env``: option name and help), ``--matrix``, ``--results``."""
+    if device:
+        parser.add_argument("--device", help="one of the matrix's devices (default: its first)")
+    if env:
+        parser.add_argument(env[0], action=PathArgument, metavar="DIR", help=env[1])
+    add_matrix_option(parser)
+    add_results_option(parser)
+    parser.epilog = epilog
+
+
 def results_folder(path: Path | None) -> Path:
     """--results (or its default), refused when a file stands where the folder would be: every
     cell would fail to write there, so nothing is run."""
-    from cpugpu_conformance.cell import file_in_the_way
+    from cpugpu_conformance.runner.cell import file_in_the_way
 
     folder = path or default_results()
     culprit = file_in_the_way(folder.absolute())
@@ -91,7 +104,7 @@ def load_matrix(path: Path | None) -> matrices.Matrix:
 def checkout() -> Path:
     """The project checkout whose conformance/ the cells run (and which they install, editable):
     the one this package was imported from, else the current folder."""
-    here = Path(__file__).resolve().parents[2]  # src/cpugpu_conformance/ -> the checkout
+    here = Path(__file__).resolve().parents[3]  # src/cpugpu_conformance/cli/ -> the checkout
     for folder in (here, Path.cwd()):
         if (folder / "conformance" / "conftest.py").is_file() and (folder / "pyproject.toml").is_file():
             return folder
@@ -185,7 +198,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str], *, lenient: bool
         else:
             args = parser.parse_args(ours)
     except SystemExit as exc:  # argparse has printed the usage and the culprit
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     args.pytest_args = pytest_args
     return args
 
@@ -194,7 +207,7 @@ def error(prog: str, message: str) -> int:
     """Print bad input (one line per problem) and return the usage exit code."""
     for line in message.splitlines() or [""]:
         print(f"cpugpu-conformance {prog}: error: {line}", file=sys.stderr)
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 def interrupted_exit(signum: int) -> int:
@@ -203,6 +216,6 @@ def interrupted_exit(signum: int) -> int:
 
 
 def is_interrupted_exit(code: int) -> bool:
-    from cpugpu_conformance.cell import INTERRUPTING_SIGNALS
+    from cpugpu_conformance.runner.processes import INTERRUPTING_SIGNALS
 
     return code in {interrupted_exit(signum) for signum in INTERRUPTING_SIGNALS}

@@ -1,7 +1,7 @@
 """``cpugpu-conformance matrix [--jobs N] [CELL|TAG...] [-- PYTEST_ARGS]``: the matrix, N cells at a time.
 
 Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own environment
-(<envdir>/<cell>, default .nox/ in the checkout: the ones ``cell`` makes and reuses) and its
+(<envdir>/<cell>, default .nox/ in the common.checkout: the ones ``cell`` makes and reuses) and its
 own result file and log (results/<cell>.json and .log). The output is one line when a cell
 starts (with its log) and one when it ends (its answer); ``--stream`` adds every line of
 every cell, prefixed by the cell's name. SIGINT, SIGTERM or SIGHUP (the terminal closed)
@@ -21,28 +21,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance import matrix as matrices
-from cpugpu_conformance import parallel, results
-from cpugpu_conformance.cli_common import (
-    EXIT_USAGE,
-    PathArgument,
-    UsageError,
-    add_matrix_option,
-    add_results_option,
-    checkout,
-    error,
-    interrupted_exit,
-    load_matrix,
-    parse,
-    parser_for,
-    refuse_owned_options,
-    results_folder,
-)
+from cpugpu_conformance import output, results
+from cpugpu_conformance.cli import common
+from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.report import summary
+from cpugpu_conformance.runner import matrix as matrices
+from cpugpu_conformance.runner import parallel, processes
 
 PROG = "matrix"
 HELP = "run the matrix's cells (or those named) side by side, --jobs at a time, then the summary table"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds cpugpu_conformance/
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds cpugpu_conformance/
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,20 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these cells (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu); default: all")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="cells at a time (default: the number of CPUs, %(default)s here)")
-    parser.add_argument("--envdir", action=PathArgument, metavar="DIR",
-                        help="folder of the cells' environments, one per cell (default: .nox in the checkout)")
     parser.add_argument("--stream", action="store_true", help="print every line of every cell, prefixed by its name")
-    add_matrix_option(parser)
-    add_results_option(parser)
-    parser.epilog = "Arguments after -- go to pytest in every cell (--promise 1,2)."
+    common.add_cell_options(parser, device=False,
+                            env=("--envdir", "folder of the cells' environments, one per cell (default: .nox in the checkout)"),
+                            epilog="Arguments after -- go to pytest in every cell (--promise 1,2).")
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parse(parser_for(PROG, HELP, add_arguments), argv)
+    args = common.parse(common.parser_for(PROG, HELP, add_arguments), argv)
     return args if isinstance(args, int) else run(args)
 
 
-def cell_job(matrix: matrices.Matrix, cell: matrices.Cell, *, envdir: Path, results_dir: Path,
+def cell_job(matrix: matrices.Matrix, cell: matrices.MatrixCell, *, envdir: Path, results_dir: Path,
              pytest_args: Sequence[str]) -> parallel.Job:
     """`cpugpu-conformance cell` for one cell, by the interpreter running this one."""
     command = [sys.executable, "-m", "cpugpu_conformance", "cell", cell.torch, "--device", cell.device.name,
@@ -83,20 +69,20 @@ def run(args: argparse.Namespace) -> int:
     pytest_args = getattr(args, "pytest_args", [])
     try:
         if args.jobs < 1:
-            raise UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
-        refuse_owned_options(pytest_args)
-        results_dir = results_folder(args.results).resolve()
-        matrix = load_matrix(args.matrix)
+            raise common.UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
+        common.refuse_owned_options(pytest_args)
+        results_dir = common.results_folder(args.results).resolve()
+        matrix = common.load_matrix(args.matrix)
         try:
             chosen = matrix.select(args.select)
         except KeyError as exc:
-            raise UsageError(exc.args[0]) from None
-        project = checkout()
-    except UsageError as exc:
-        return error(PROG, str(exc))
+            raise common.UsageError(exc.args[0]) from None
+        project = common.checkout()
+    except common.UsageError as exc:
+        return common.error(PROG, str(exc))
     envdir = (args.envdir or project / ".nox").resolve()
     jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
-    cells.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
+    output.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
     return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
 
 
@@ -143,7 +129,7 @@ class Progress:
 
     def written_this_run(self, done: parallel.Finished) -> bool:
         """Exit 2 is a cell that refused to run (a busy path is another run's file)."""
-        return done.returncode != EXIT_USAGE and file_identity(self.path(done.name)) != self.before.get(done.name)
+        return done.returncode != ExitCode.USAGE and file_identity(self.path(done.name)) != self.before.get(done.name)
 
     def finished(self, done: parallel.Finished) -> str:
         if self.written_this_run(done):
@@ -185,8 +171,8 @@ def record_interrupted(path: Path, name: str, signum: int) -> bool:
     False when that cannot be written (another run holds the path, or it is not writable)."""
     try:
         with results.exclusive(path):
-            results.new_result(name, "interrupted", detail=(
-                f"interrupted by {cells.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
+            results.CellResult.new(name, "interrupted", detail=(
+                f"interrupted by {processes.signal_name(signum)} before the cell started (cpugpu-conformance matrix)"
             )).write(path)
     except (results.ResultPathBusy, OSError):
         return False  # another run is writing it (its answer, not ours), or nothing can be written there
@@ -198,16 +184,16 @@ def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, s
     the exit code of the whole run."""
     unanswered = unanswered or {}
     names = [d.name for d in outcome.finished if d.name not in unanswered]
-    rows = cells.summarize(results_dir, names) if names else []
-    rows += [cells.unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
-    rows.sort(key=lambda r: (cells._sort_key(r.torch), r.device, r.cell))
+    rows = summary.summarize(results_dir, names) if names else []
+    rows += [summary.unanswered_row(results_dir / f"{name}.json", name, why) for name, why in unanswered.items()]
+    rows.sort(key=lambda r: (results.release_key(r.torch), r.device, r.cell))
     if rows:
-        cells.say("\n" + cells.format_summary(rows))
+        output.say("\n" + summary.format_summary(rows))
     if outcome.not_started:
-        why = f"stopped by {cells.signal_name(outcome.signum)}" if outcome.signum else "not run"
-        cells.say(f"not started ({why}): {', '.join(outcome.not_started)}")
+        why = f"stopped by {processes.signal_name(outcome.signum)}" if outcome.signum else "not run"
+        output.say(f"not started ({why}): {', '.join(outcome.not_started)}")
     if outcome.signum is not None:
-        return interrupted_exit(outcome.signum)
+        return common.interrupted_exit(outcome.signum)
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
     return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
 

@@ -15,9 +15,9 @@ import json
 import math
 from typing import Any
 
-from cpugpu_conformance import matrix as matrices
-from cpugpu_conformance.cli_common import UsageError, add_matrix_option, error, load_matrix
+from cpugpu_conformance.cli.common import UsageError, add_matrix_option, error, load_matrix
 from cpugpu_conformance.output import say
+from cpugpu_conformance.runner import matrix as matrices
 
 PROG = "cells"
 HELP = "list the matrix's cells (--json: the CI job matrix)"
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_matrix_option(parser)
 
 
-def job(matrix: matrices.Matrix, cell: matrices.Cell) -> dict[str, Any]:
+def job(matrix: matrices.Matrix, cell: matrices.MatrixCell) -> dict[str, Any]:
     """One CI job: what the cell job runs (`nox -s SESSION`), where, and for how long at most."""
     runner = cell.device.runner
     return {
@@ -43,11 +43,11 @@ def job(matrix: matrices.Matrix, cell: matrices.Cell) -> dict[str, Any]:
     }
 
 
-def job_matrix(matrix: matrices.Matrix, cells: list[matrices.Cell]) -> dict[str, Any]:
+def job_matrix(matrix: matrices.Matrix, cells: list[matrices.MatrixCell]) -> dict[str, Any]:
     return {"include": [job(matrix, c) for c in cells]}
 
 
-def _line(cell: matrices.Cell) -> str:
+def _line(cell: matrices.MatrixCell) -> str:
     runner = cell.device.runner if isinstance(cell.device.runner, str) else ",".join(cell.device.runner)
     return (f"{cell.name:<24} {' '.join(cell.tags):<28} runner {runner:<16} limit {cell.time_limit_s:g} s  "
             f"nox -s \"{cell.session}\"")

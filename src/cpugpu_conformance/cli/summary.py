@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from cpugpu_conformance import cell as cells
-from cpugpu_conformance.cli_common import PathArgument, default_results, error
+from cpugpu_conformance import output
+from cpugpu_conformance.cli.common import PathArgument, default_results, error
+from cpugpu_conformance.report import summary
 
 PROG = "summary"
 HELP = "table of the cells' answers; exit 1 unless every cell is clean"
@@ -32,14 +33,14 @@ def run(args: argparse.Namespace) -> int:
     folder = args.results_dir or default_results()
     names = [n for n in args.cells.split(",") if n] if args.cells else None
     try:
-        unanswered = [cells.check_cell_name(n) for n in args.no_answer]
-        rows = cells.summarize(folder, [n for n in names if n not in unanswered] if names else None)
+        unanswered = [summary.check_cell_name(n) for n in args.no_answer]
+        rows = summary.summarize(folder, [n for n in names if n not in unanswered] if names else None)
     except ValueError as exc:  # a cell name that is not a plain name: it would read outside the folder
         return error(PROG, f"--cells: {exc}")
     rows = [r for r in rows if r.cell not in unanswered]
-    rows += [cells.unanswered_row(folder / f"{name}.json", name, "its cell wrote no answer in this run")
+    rows += [summary.unanswered_row(folder / f"{name}.json", name, "its cell wrote no answer in this run")
              for name in unanswered]
     if not rows:
         return error(PROG, f"{folder}: no result files")
-    cells.say(cells.format_summary(rows))
+    output.say(summary.format_summary(rows))
     return 0 if all(r.clean for r in rows) else 1

@@ -16,10 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
-from .promises import DEVICES, PROMISES, RECORDED_ONLY
-from .results import (
+from ..promises import DEVICES, PROMISES, RECORDED_ONLY
+from ..results import (
     CELL_STATUSES,
     CellResult,
     Outcome,
@@ -27,6 +25,7 @@ from .results import (
     observation_key,
     observation_text,
     promise_order,
+    release_key,
 )
 
 
@@ -131,16 +130,8 @@ def stable_fields(data: Any) -> Any:
     return data
 
 
-def version_key(release: str) -> tuple:
-    """Sort key: real versions in version order, anything unparseable after them by name."""
-    try:
-        return (0, Version(release), "")
-    except InvalidVersion:
-        return (1, Version("0"), release)
-
-
 @dataclass(frozen=True, eq=False)
-class Cell:
+class ReportedCell:
     """One result file in the matrix: the model, the file it came from, and whether
     another file in the same matrix claims the same cell name."""
 
@@ -166,7 +157,7 @@ class Cell:
 
     @property
     def sort_key(self) -> tuple:
-        return (version_key(self.release), self.name, self.file)
+        return (release_key(self.release), self.name, self.file)
 
     @property
     def answer_style(self) -> MarkStyle:
@@ -211,15 +202,15 @@ class Cell:
         return [f for f in self.result.get("unattributed_failures") or [] if isinstance(f, dict)]
 
 
-def mark_cells(loaded: Iterable[tuple[str, CellResult]]) -> list[Cell]:
+def mark_cells(loaded: Iterable[tuple[str, CellResult]]) -> list[ReportedCell]:
     """(file name, result) pairs -> cells in version order, duplicates of a cell name flagged."""
     loaded = list(loaded)
     counts = Counter(result.name for _, result in loaded)
-    cells = [Cell(file, result, counts[result.name] > 1) for file, result in loaded]
+    cells = [ReportedCell(file, result, counts[result.name] > 1) for file, result in loaded]
     return sorted(cells, key=lambda c: c.sort_key)
 
 
-def duplicates(cells: Iterable[Cell]) -> dict[str, list[str]]:
+def duplicates(cells: Iterable[ReportedCell]) -> dict[str, list[str]]:
     """Cell name -> the files that claim it, for every name claimed more than once."""
     found: dict[str, list[str]] = {}
     for cell in cells:
@@ -228,12 +219,12 @@ def duplicates(cells: Iterable[Cell]) -> dict[str, list[str]]:
     return found
 
 
-def promise_numbers(cells: Iterable[Cell]) -> list[str]:
+def promise_numbers(cells: Iterable[ReportedCell]) -> list[str]:
     """The rows: the contract's promises, then any other a cell carries, so none is dropped."""
     return promise_order({p for c in cells for p in c.result.promise_numbers()})
 
 
-def promise_title(number: str, cells: Iterable[Cell] = ()) -> str:
+def promise_title(number: str, cells: Iterable[ReportedCell] = ()) -> str:
     if number in PROMISES:
         return PROMISES[number]
     for cell in cells:
@@ -245,7 +236,7 @@ def promise_title(number: str, cells: Iterable[Cell] = ()) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    cell: Cell
+    cell: ReportedCell
     device: str
     index: int  # position in the table, for anchors that do not depend on result text
     label: str = field(default="", compare=False)
@@ -256,12 +247,12 @@ class Column:
         return self.cell.release
 
 
-def ambiguous_releases(cells: Iterable[Cell]) -> set[str]:
+def ambiguous_releases(cells: Iterable[ReportedCell]) -> set[str]:
     """Releases that more than one cell stands for (a CPU cell and a local GPU cell, say)."""
     return {r for r, n in Counter(c.release for c in cells).items() if n > 1}
 
 
-def cell_tag(cell: Cell, ambiguous: set[str]) -> str:
+def cell_tag(cell: ReportedCell, ambiguous: set[str]) -> str:
     """What tells a cell apart from another with the same release: its name when a release
     has several cells, and its file too when a name has several files; else nothing."""
     if cell.duplicate:
@@ -273,17 +264,17 @@ def _with_tag(text: str, tag: str) -> str:
     return f"{text} ({tag})" if tag else text
 
 
-def column_label(cell: Cell, device: str, ambiguous: set[str]) -> str:
+def column_label(cell: ReportedCell, device: str, ambiguous: set[str]) -> str:
     """'release device', plus the cell's tag where the release alone is ambiguous."""
     return _with_tag(f"{cell.release} {device}", cell_tag(cell, ambiguous))
 
 
-def release_label(cell: Cell, ambiguous: set[str]) -> str:
+def release_label(cell: ReportedCell, ambiguous: set[str]) -> str:
     """'release', plus the cell's tag where the release alone is ambiguous."""
     return _with_tag(cell.release, cell_tag(cell, ambiguous))
 
 
-def columns(cells: list[Cell]) -> list[Column]:
+def columns(cells: list[ReportedCell]) -> list[Column]:
     ambiguous = ambiguous_releases(cells)
     cols: list[Column] = []
     for cell in sorted(cells, key=lambda c: c.sort_key):
@@ -316,13 +307,13 @@ class Step:
     it is compared with (None for the first). Labels carry the cell's tag where the
     release alone is ambiguous."""
 
-    at: Cell
+    at: ReportedCell
     label: str
-    since: Cell | None = None
+    since: ReportedCell | None = None
     since_label: str | None = None
 
 
-def _step(cell: Cell, before: Cell | None, ambiguous: set[str]) -> Step:
+def _step(cell: ReportedCell, before: ReportedCell | None, ambiguous: set[str]) -> Step:
     return Step(cell, release_label(cell, ambiguous), before,
                 release_label(before, ambiguous) if before is not None else None)
 
@@ -363,7 +354,7 @@ def _changed_marks(before: Column, after: Column, numbers: list[str]) -> list[tu
     return list(groups.values())
 
 
-def verdict_changes(cells: list[Cell]) -> list[VerdictChange]:
+def verdict_changes(cells: list[ReportedCell]) -> list[VerdictChange]:
     """Each column against the previous column of the same device whose cell completed, in
     column order: every promise whose mark changed, grouped where they changed alike."""
     ambiguous = ambiguous_releases(cells)
@@ -401,22 +392,22 @@ class ObservationChange:
     machine: str = ""
 
 
-def observed_cells(cells: Iterable[Cell]) -> list[Cell]:
+def observed_cells(cells: Iterable[ReportedCell]) -> list[ReportedCell]:
     """Cells that recorded observations, in version order."""
     return [c for c in sorted(cells, key=lambda c: c.sort_key) if c.result.observations]
 
 
-def machines(cells: Iterable[Cell]) -> list[str]:
+def machines(cells: Iterable[ReportedCell]) -> list[str]:
     """The kinds of machine the cells with observations ran on, in order of first appearance."""
     return list(dict.fromkeys(c.result.machine for c in observed_cells(cells)))
 
 
-def observed_on(cells: Iterable[Cell], machine: str) -> list[Cell]:
+def observed_on(cells: Iterable[ReportedCell], machine: str) -> list[ReportedCell]:
     """The cells with observations that ran on ``machine``, in version order: one history."""
     return [c for c in observed_cells(cells) if c.result.machine == machine]
 
 
-def observation_changes_by_release(cells: list[Cell]) -> list[ObservationChange]:
+def observation_changes_by_release(cells: list[ReportedCell]) -> list[ObservationChange]:
     """Every change of observed behaviour between consecutive cells that observed anything on
     the same kind of machine: a GPU machine is never read against a CPU-only one (the
     accelerator probes differ with the machine, not the torch). Kind by kind, in order."""
@@ -444,7 +435,7 @@ def _probe_of(path: str, probes: Iterable[str]) -> str:
 # --- observed torch behaviour -------------------------------------------------------
 
 
-def probe_docs(cells: Iterable[Cell]) -> dict[str, str | None]:
+def probe_docs(cells: Iterable[ReportedCell]) -> dict[str, str | None]:
     """Probe -> what it checks, from the newest cell that describes it (None: no cell does)."""
     docs: dict[str, str | None] = {}
     for cell in sorted(cells, key=lambda c: c.sort_key, reverse=True):
@@ -476,7 +467,7 @@ class ProbeRow:
         return any(v.changed or v.text is None for v in self.values) or len({v.key for v in self.values}) > 1
 
 
-def observation_table(cells: list[Cell]) -> tuple[list[Cell], list[ProbeRow]]:
+def observation_table(cells: list[ReportedCell]) -> tuple[list[ReportedCell], list[ProbeRow]]:
     """Cells with observations (in version order) and one row per probe across them; a value
     is 'changed' against the previous column of the same kind of machine only."""
     observed = observed_cells(cells)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -29,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from cpugpu_conformance.cell import CellInterrupted, interrupts_raised, say
+from cpugpu_conformance.output import say
+from cpugpu_conformance.runner.processes import CellInterrupted, interrupts_raised, signal_group
 
 TAIL_LINES = 40
 POLL_S = 0.1
-STOP_GRACE_S = 60.0  # a cell runner needs two kill grace periods (cell.KILL_GRACE_S) to stop its tests
+STOP_GRACE_S = 60.0  # a cell runner needs two kill grace periods (processes.KILL_GRACE_S) to stop its tests
 
 
 @dataclass
@@ -147,17 +147,13 @@ def _read(proc: subprocess.Popen[bytes], name: str, tail: collections.deque[str]
 def _stop(running: list[_Running], signum: int, grace_s: float) -> None:
     """The signal to every running command's process group; SIGKILL for those still there after grace_s."""
     for r in running:
-        _signal_group(r.proc, signum)
+        signal_group(r.proc, signum)
     deadline = time.monotonic() + grace_s
     for r in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     for r in running:
         if r.proc.poll() is None:
-            _signal_group(r.proc, signal.SIGKILL)
+            signal_group(r.proc, signal.SIGKILL)
             r.proc.wait()
 
-
-def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signum)

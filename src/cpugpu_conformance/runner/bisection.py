@@ -29,8 +29,10 @@ from typing import Callable
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance import results
-from cpugpu_conformance.index import ReleaseListingError as BisectError  # the listing's errors are bisect's too
-from cpugpu_conformance.index import available_releases, parse_project_page, releases_in_folders  # noqa: F401  (re-exported)
+from cpugpu_conformance.runner.releases import (
+    ReleaseListingError as BisectError,  # the listing's errors are bisect's too
+)
+from cpugpu_conformance.runner.releases import available_releases, parse_project_page, releases_in_folders  # noqa: F401  (re-exported)
 
 # --------------------------------------------------------------------------- releases
 
@@ -194,14 +196,10 @@ def bisect_first_change(
 # --------------------------------------------------------------------------- the runner
 
 
-def _last_line(text: str | None) -> str:
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
-
 
 def _print_step(number: int, step: Step, source: str | None) -> None:
     if step.same_as_good is None:
-        verdict = f"untestable ({step.status}{': ' + _last_line(step.detail) if step.detail else ''})"
+        verdict = f"untestable ({step.status}{': ' + results.last_line(step.detail, None) if step.detail else ''})"
     elif step.same_as_good:
         verdict = "same as good"
     else:

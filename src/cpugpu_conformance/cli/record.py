@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cpugpu_conformance import cell as cells
+from cpugpu_conformance.runner import cell as cells
 
 HELP = "CI: record a cell that nox left without an answer (error, or interrupted with nox's output)"
 

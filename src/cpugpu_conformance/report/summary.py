@@ -1,0 +1,104 @@
+"""The summary table: one row per cell, as results.CellResult.answer() decides it, and the
+line that says how many cells are clean (``cpugpu-conformance summary``, the end of a
+matrix run, nox's sessions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cpugpu_conformance import results
+
+SUMMARY_COUNTS = ("passed", "failed", "untested", "recorded")
+
+
+@dataclass
+class Row:
+    """One cell in the summary table, as results.CellResult.answer() decides it."""
+
+    cell: str
+    torch: str
+    device: str
+    answer: str  # passed, failed, untested, a status that is not completed, no_result or unreadable
+    counts: dict[str, int]  # promise x device outcomes of a completed cell; empty otherwise
+    duration_s: float | None
+    clean: bool
+    why: str | None = None  # the first reason the cell is not clean
+
+    @property
+    def mark(self) -> str:
+        return self.answer if self.clean else self.answer.upper().replace("_", " ")
+
+
+def _row(name: str, path: Path) -> Row:
+    try:
+        result = results.load(path)
+    except results.ResultFileError as exc:
+        return _row_without_result(name, path, exc)
+    answer = result.answer()
+    device = result.requested.get("device") or ",".join(result.tested_devices()) or "?"
+    more = f" (+{len(answer.lines) - 1} more)" if len(answer.lines) > 1 else ""
+    return Row(result.name, result.release, str(device), answer.kind, dict(answer.counts) if result.completed else {},
+               result.get("duration_s"), answer.clean, answer.lines[0] + more if answer.lines else None)
+
+
+def _row_without_result(name: str, path: Path, error: results.ResultFileError) -> Row:
+    named = re.fullmatch(r"(?:installed-)?torch-(.+)-(\w+)", name)  # what the cell would have been
+    torch, device = named.groups() if named else ("?", "?")
+    missing = not path.exists() and not path.is_symlink()
+    return Row(name, torch, device, "no_result" if missing else "unreadable", {}, None, False, str(error))
+
+
+def check_cell_name(name: str) -> str:
+    """``name`` if it is a plain cell name (the stem of a file directly in the results folder),
+    else ValueError saying why: a name with a slash, '..' or a control character would read
+    a file elsewhere, or break the table."""
+    if not name or name in (".", "..") or name.startswith(".") or any(c in name for c in "/\\"):
+        raise ValueError(f"cell name {results.one_line(repr(name), 200)}: not a plain cell name "
+                         "(a result file's name in the results folder, without .json)")
+    if results.one_line(name) != name:
+        raise ValueError(f"cell name {results.one_line(repr(name), 200)}: has control characters")
+    return name
+
+
+def unanswered_row(path: Path, name: str, why: str) -> Row:
+    """A summary row for a cell with no answer from this run, whatever file is at its path: never clean."""
+    return replace(_row_without_result(name, path, results.ResultFileError(why)), answer="no_result")
+
+
+def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row]:
+    """One row per cell: the cells named (missing files show as such), or every result file.
+
+    A named cell must be a plain name (``check_cell_name``): ValueError otherwise.
+    """
+    results_dir = Path(results_dir)
+    names = [check_cell_name(n) for n in cells] if cells is not None else sorted(p.stem for p in results_dir.glob("*.json") if not p.name.startswith("."))
+    rows = [_row(name, results_dir / f"{name}.json") for name in names]
+    return sorted(rows, key=lambda r: (results.release_key(r.torch), r.device, r.cell))
+
+
+def _duration(seconds: Any) -> str:
+    return f"{seconds:.1f} s" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else "-"
+
+
+def format_summary(rows: list[Row]) -> str:
+    """The table, one line per cell that is not clean saying why, and the count of clean cells."""
+    header = ("cell", "torch", "device", "answer", *SUMMARY_COUNTS, "duration")
+    body = []
+    for r in rows:
+        counts = [str(r.counts.get(k, 0)) if r.counts else "-" for k in SUMMARY_COUNTS]
+        # Names and versions come from result files (and file names): one line each, or the table breaks.
+        names = [results.one_line(v, 200) for v in (r.cell, r.torch, r.device)]
+        body.append((*names, r.mark, *counts, _duration(r.duration_s)))
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join(str(v).ljust(w) if i < 4 else str(v).rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
+             for line in [header, *body]]
+    lines += [f"{results.one_line(r.cell, 200)}: {results.one_line(r.why)}" for r in rows if not r.clean and r.why]
+    bad = sum(not r.clean for r in rows)
+    lines.append(f"{len(rows)} cells, {len(rows) - bad} clean, {bad} not (counts are promise x device outcomes)")
+    return "\n".join(lines)
+

@@ -1,0 +1,217 @@
+"""Comparing two cells: ``diff(baseline, candidate)``, the one comparison gate and bisect use,
+and the changes in observed torch behaviour (only between cells on the same kind of machine).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..promises import PROMISES, RECORDED_ONLY, applies
+from .model import CellResult, promise_order
+from .rule import Outcome
+from .text import one_line
+
+MISSING = object()  # one side of a comparison has no such entry
+
+
+def _outcome_of_observation(obs: Any) -> Any:
+    """What torch did, without the probe's own description ("doc"), which is not torch behaviour."""
+    if isinstance(obs, dict):
+        return {k: v for k, v in obs.items() if k != "doc"}
+    return obs
+
+
+def observation_text(obs: Any) -> str:
+    """One probe's outcome as text: its value, or 'raises Type: message'."""
+    outcome = _outcome_of_observation(obs)
+    if isinstance(outcome, dict) and set(outcome) == {"value"}:
+        value = outcome["value"]
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if isinstance(outcome, dict) and set(outcome) == {"error"} and isinstance(outcome["error"], dict):
+        err = outcome["error"]
+        return f"raises {err.get('type', '?')}: {err.get('message', '')}"
+    return json.dumps(outcome, sort_keys=True, default=str)
+
+
+def observation_key(obs: Any) -> str:
+    """Canonical form for comparing one probe between two cells."""
+    return json.dumps(_outcome_of_observation(obs), sort_keys=True, default=str)
+
+
+def value_changes(where: str, a: Any, b: Any, depth: int | None = None) -> list[tuple[str, Any, Any]]:
+    """(path, before, after) for each differing entry, descending into dicts present on both
+    sides up to `depth` levels (None: all the way), so a change names the entry that changed."""
+    if a == b:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict) and (depth is None or depth > 0):
+        deeper = None if depth is None else depth - 1
+        changes: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(a) | set(b), key=str):
+            changes += value_changes(f"{where}.{key}", a.get(key, MISSING), b.get(key, MISSING), deeper)
+        return changes
+    return [(where, a, b)]
+
+
+def _table(obs: Any) -> dict[str, Any] | None:
+    """The entries of a table-valued probe (the dtypes table, say), else None."""
+    outcome = _outcome_of_observation(obs)
+    if isinstance(outcome, dict) and set(outcome) == {"value"} and isinstance(outcome["value"], dict):
+        return outcome["value"]
+    return None
+
+
+def _entry_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def observation_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    """(probe, before text, after text) for every probe whose outcome differs; None: not probed.
+
+    A table-valued probe changes entry by entry ("dtypes.bcomplex32"), so a new dtype
+    reads as one line, not as two copies of the whole table.
+    """
+    changes: list[tuple[str, str | None, str | None]] = []
+    for probe in sorted(set(before) | set(after)):
+        b_table, a_table = _table(before.get(probe)), _table(after.get(probe))
+        if b_table is not None and a_table is not None:
+            for path, b_entry, a_entry in value_changes(probe, b_table, a_table, depth=1):
+                changes.append((path, None if b_entry is MISSING else _entry_text(b_entry),
+                                None if a_entry is MISSING else _entry_text(a_entry)))
+            continue
+        b = observation_key(before[probe]) if probe in before else None
+        a = observation_key(after[probe]) if probe in after else None
+        if a != b:
+            changes.append((probe, observation_text(before[probe]) if probe in before else None,
+                            observation_text(after[probe]) if probe in after else None))
+    return changes
+
+
+@dataclass(frozen=True)
+class Change:
+    """One promise on one device, compared."""
+
+    promise: str
+    title: str
+    device: str
+    before: Outcome
+    after: Outcome
+
+    def line(self) -> str:
+        return f"promise {self.promise} ({self.title}) on {self.device}: {self.before.describe()} -> {self.after.describe()}"
+
+
+@dataclass
+class Comparison:
+    """The difference between a baseline and a candidate cell.
+
+    ``unusable`` lists, one line each, every promise and device one side has no verdict
+    for (and every side that did not complete): such a comparison proves nothing.
+    """
+
+    devices: list[str] = field(default_factory=list)
+    checked: int = 0  # (promise, device) pairs that passed in the baseline
+    unusable: list[str] = field(default_factory=list)
+    regressions: list[Change] = field(default_factory=list)
+    fixed: list[Change] = field(default_factory=list)
+    still_failing: list[Change] = field(default_factory=list)  # failed in both: no regression, but no pass
+    verdict_changes: list[Change] = field(default_factory=list)  # every pair whose outcome differs
+    recorded_changes: list[Change] = field(default_factory=list)
+    observation_changes: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    # Why observations were not compared (the cells ran on different kinds of machine); None: they were.
+    observations_not_compared: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.unusable
+
+    def change_lines(self) -> list[str]:
+        """Every difference in the answer, one line each: verdicts, then observed behaviour."""
+        lines = [c.line() for c in self.verdict_changes]
+        for probe, before, after in self.observation_changes:
+            lines.append(f"observation {probe}: {before if before is not None else '(absent)'} -> "
+                         f"{after if after is not None else '(absent)'}")
+        return lines
+
+
+def _answer_of(promise: str, outcome: Outcome) -> tuple[str, str | None]:
+    """What must stay equal for two cells to answer alike: the kind, and what a recorded promise recorded."""
+    return outcome.kind, outcome.note if promise in RECORDED_ONLY else None
+
+
+def _label(side: str, cell: CellResult) -> str:
+    return f"{side} {one_line(cell.name)} ({one_line(cell.source)})"
+
+
+def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | None = None) -> Comparison:
+    """Compare two cells on ``devices`` (default: every device the baseline was asked to test).
+
+    Only verdicts are compared. Where either side has no verdict for a promise and device
+    it is asked about, the comparison is ``unusable`` and names each such pair. Observed
+    torch behaviour is compared only when both cells ran on the same kind of machine
+    (``machine_kind``); otherwise ``observations_not_compared`` says why, and no probe counts
+    as changed.
+    """
+    cmp = Comparison()
+    for side, cell in (("baseline", baseline), ("candidate", candidate)):
+        if not cell.completed:
+            cmp.unusable.append(f"{_label(side, cell)} did not complete: {cell.answer().lines[0]}")
+    if cmp.unusable:
+        return cmp
+    cmp.devices = list(devices) if devices is not None else baseline.asked_devices()
+    if not cmp.devices:
+        cmp.unusable.append(f"{_label('baseline', baseline)} was asked to test no device")
+        return cmp
+    for key, what in (("impl", "tested different implementations"), ("hypothesis_profile", "ran different hypothesis profiles")):
+        if baseline.get(key) != candidate.get(key):
+            cmp.warnings.append(f"the cells {what}: baseline {baseline.get(key)!r}, candidate {candidate.get(key)!r}")
+    for side, cell in (("baseline", baseline), ("candidate", candidate)):
+        cmp.warnings += [f"{side}: {w}" for w in cell.warnings]
+
+    numbers = promise_order(set(baseline.promise_numbers()) | set(candidate.promise_numbers()))
+    for promise in numbers:
+        for device in cmp.devices:
+            before, after = baseline.outcome(promise, device), candidate.outcome(promise, device)
+            if (not applies(promise, device) and promise in PROMISES) or before.kind == after.kind == "not_applicable":
+                continue
+            if baseline.machine != candidate.machine and "not_applicable" in (before.kind, after.kind):
+                # Promise 11 is not applicable beside an accelerator: the machines differ, not the torch.
+                out = before if before.kind == "not_applicable" else after
+                cmp.warnings.append(f"promise {promise} ({baseline.title(promise)}) on {device} not compared: "
+                                    f"{out.describe()} (baseline: {baseline.machine}; candidate: {candidate.machine})")
+                continue
+            change = Change(promise, baseline.title(promise), device, before, after)
+            if _answer_of(promise, before) != _answer_of(promise, after):
+                cmp.verdict_changes.append(change)
+            gaps = [(s, c, o) for s, c, o in (("baseline", baseline, before), ("candidate", candidate, after)) if not o.is_verdict]
+            if gaps:
+                for side, cell, out in gaps:
+                    cmp.unusable.append(f"{_label(side, cell)} has no verdict for promise {promise} "
+                                        f"({cell.title(promise)}) on {device}: {out.describe()}")
+                continue
+            if promise in RECORDED_ONLY:  # implementation-defined: what changed is told, never judged
+                if (before.kind, before.note) != (after.kind, after.note):
+                    cmp.recorded_changes.append(change)
+                continue
+            if before.kind == "passed":
+                cmp.checked += 1
+                if after.kind != "passed":
+                    cmp.regressions.append(change)
+            elif before.kind == "failed" and after.kind == "passed":
+                cmp.fixed.append(change)
+            elif before.kind == "failed":
+                cmp.still_failing.append(change)
+    if not cmp.unusable and not cmp.checked:
+        # Nothing passed in the baseline, so nothing could regress: "all 0 checks hold" proves nothing.
+        cmp.unusable.append(f"{_label('baseline', baseline)} passed no judged promise on {', '.join(cmp.devices)}: "
+                            "there is no pass for the candidate to keep")
+    if baseline.machine == candidate.machine:
+        cmp.observation_changes = observation_changes(baseline.observations, candidate.observations)
+    elif baseline.observations or candidate.observations:
+        cmp.observations_not_compared = (
+            f"observed torch behaviour not compared: the cells ran on different kinds of machine "
+            f"(baseline: {baseline.machine}; candidate: {candidate.machine}), and a machine is not a torch release")
+    return cmp

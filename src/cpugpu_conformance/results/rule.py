@@ -1,0 +1,158 @@
+"""The rule, in one place: what a promise did on a device, and what a cell's answer is.
+
+- ``outcome(result, promise, device)``: a promise on a device *passed* only when at least
+  one of its checks ran and every check held. Skipped, missing, empty: each is
+  ``untested``, never a pass.
+- ``answer(result)``: a cell is clean only when it completed and every promise on every
+  device it was asked to test passed or was recorded.
+
+``CellResult.outcome()`` and ``CellResult.answer()`` are these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..devices import accelerators_in
+from ..promises import APPLIES_TO, RECORDED_ONLY, applies, not_applicable
+from .text import first_line, last_line
+
+if TYPE_CHECKING:
+    from .model import CellResult
+
+# Outcome kinds that are verdicts: the gate compares these and nothing else.
+VERDICT_KINDS = ("passed", "failed", "recorded")
+# Outcome kinds for pairs nobody asked about: neither a verdict nor a gap.
+NOT_ASKED_KINDS = ("not_applicable", "not_requested")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one promise did on one device, decided by the rule.
+
+    kind: passed, failed, recorded (verdicts); untested (asked, but no check ran and
+    held: skipped, missing, empty); not_applicable, not_requested (nobody asked); or,
+    for a cell that did not complete, its status.
+    """
+
+    kind: str
+    note: str | None = None
+    failures: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def is_verdict(self) -> bool:
+        return self.kind in VERDICT_KINDS
+
+    @property
+    def asked(self) -> bool:
+        return self.kind not in NOT_ASKED_KINDS
+
+    def describe(self) -> str:
+        return self.kind.replace("_", " ") + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A cell's answer: ``kind`` is passed, failed, untested or the status of a cell that
+    did not complete; only passed is clean. ``lines`` say why it is not."""
+
+    kind: str
+    lines: tuple[str, ...] = ()
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return self.kind == "passed"
+
+
+def outcome(result: CellResult, promise: str, device: str) -> Outcome:
+    """What ``promise`` did on ``device``: the one place a pass is decided."""
+    if not result.completed:
+        return Outcome(result.status, first_line(result.detail))
+    dev = result.device_entry(device)
+    if dev is None or dev.get("status") == "not_requested":
+        return Outcome("not_requested", (dev or {}).get("reason") or f"{device} was not asked for")
+    if not applies(promise, device):
+        only = " and ".join(APPLIES_TO.get(promise, ()))
+        return Outcome("not_applicable", f"promise {promise} is about {only}")
+    chosen = result.requested_promises()
+    entry = result.entry(promise, device)
+    # Before the device's skip: a promise left out by --promise is not untested on a missing device.
+    if chosen is not None and promise not in chosen:
+        return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
+    if dev.get("status") == "skipped":
+        return Outcome("untested", dev.get("reason") or f"{device} was skipped")
+    if (entry or {}).get("verdict") == "not_requested":
+        return Outcome("not_requested", entry.get("reason") or "not selected (--promise)")
+    if entry is None:
+        return Outcome("untested", f"the result has no verdict for promise {promise} on {device}")
+    failures = tuple(entry.get("failures") or ())
+    verdict = entry.get("verdict")
+    if verdict == "failed" or entry.get("failed", 0) > 0 or failures:
+        return Outcome("failed", _failure_summary(failures) or entry.get("observed"), failures)
+    if verdict in ("passed", "recorded"):
+        if entry.get("passed", 0) < 1:
+            return Outcome("untested", f"recorded as {verdict}, but no check of it ran")
+        kind = "recorded" if promise in RECORDED_ONLY else "passed"
+        return Outcome(kind, entry.get("observed") if kind == "recorded" else None)
+    if verdict == "not_applicable":
+        why = not_applicable(promise, device, accelerators_in(result.environment))  # promise 11 beside an accelerator
+        if why is not None:
+            return Outcome("not_applicable", why)
+        return Outcome("untested", f"the result calls promise {promise} not applicable on {device}; the contract does not")
+    return Outcome("untested", entry.get("reason") or "skipped")
+
+
+def outcomes(result: CellResult) -> Iterator[tuple[str, str, Outcome]]:
+    """(promise, device, outcome) for every promise the contract or the result knows, on every asked device."""
+    for promise in result.promise_numbers():
+        for device in result.asked_devices():
+            yield promise, device, outcome(result, promise, device)
+
+
+def answer(result: CellResult) -> Answer:
+    """The cell's answer: clean only when it completed and every asked pair passed or was recorded."""
+    if not result.completed:
+        return Answer(result.status, (f"{result.status.replace('_', ' ')}: {first_line(result.detail) or 'no detail'}",))
+    counts = {"passed": 0, "failed": 0, "recorded": 0, "untested": 0}
+    failed, untested = [], []
+    for promise, device, out in outcomes(result):
+        if out.kind in counts:
+            counts[out.kind] += 1
+        if out.kind == "failed":
+            failed.append(f"promise {promise} ({result.title(promise)}) on {device}: failed: {out.note or 'no message'}")
+        elif out.kind == "untested":
+            untested.append(f"promise {promise} ({result.title(promise)}) on {device}: untested: {out.note}")
+    for item in result.get("unattributed_failures") or []:
+        failed.append(f"{item.get('test')}: {last_line(item.get('message'))}")
+    errors = int((result.get("counts") or {}).get("errors", 0))
+    if errors and not failed:
+        failed.append(f"{errors} test(s) errored outside any promise's check")
+    if not result.asked_devices():
+        untested.append("no device was asked for")
+    if failed:
+        return Answer("failed", tuple(failed + untested), counts)
+    if untested or not (counts["passed"] + counts["recorded"]):
+        return Answer("untested", tuple(untested) or ("no check of any promise ran",), counts)
+    return Answer("passed", (), counts)
+
+
+def describe(result: CellResult) -> str:
+    """One line for logs and the summary: the answer and its counts."""
+    a = answer(result)
+    if not result.completed:
+        return a.lines[0]
+    c = a.counts
+    word = {"passed": "passed", "failed": "FAILED", "untested": "UNTESTED"}[a.kind]
+    return f"{word} ({c['passed']} passed, {c['failed']} failed, {c['untested']} untested, {c['recorded']} recorded)"
+
+
+def _failure_summary(failures: tuple[dict[str, Any], ...]) -> str | None:
+    if not failures:
+        return None
+    first = failures[0]
+    text = f"{first.get('test')}: {last_line(first.get('message'))}"
+    return text if len(failures) == 1 else f"{text} (+{len(failures) - 1} more)"
+

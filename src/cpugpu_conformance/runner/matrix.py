@@ -1,0 +1,533 @@
+"""matrix.yaml -> validated cells, refusing a bad file before anything is installed.
+
+    python -m cpugpu_conformance.matrix [PATH] [--json]
+
+prints the cells (or exits 2 with one line per problem, each naming the file and the key,
+e.g. ``matrix.yaml: torch[3].version: '2.x' is not a version like 2.13.0``).
+The noxfile and the CI workflow read the matrix only through ``load``.
+
+A torch entry's version is a final release (2.13.0), a pre-release or nightly
+(2.16.0rc1, 2.16.0.dev20261201; installed with pre-releases allowed for torch), or the
+word ``latest``: the newest final release on the entry's index (or find_links folder),
+looked up when the cell runs. Its cell is ``torch-latest-<device>``; the result file's
+``requested`` says ``torch_asked: latest`` and ``torch: <the release it resolved to>``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from cpugpu_conformance.results import ResultFileError, read_regular_file, schema
+
+DEFAULT_PATH = Path("matrix.yaml")
+EXIT_INVALID = 2
+HYPOTHESIS_PROFILES = ("default", "ci", "thorough")
+DEFAULT_TIME_LIMIT_S = 600.0
+MAX_TIME_LIMIT_S = 86400  # a day: more is a typo, and a huge number overflows every timeout it reaches
+MAX_MATRIX_BYTES = 1024 * 1024  # a matrix is a few kB; the cap keeps a huge file (or /dev/zero) out of memory
+MAX_YAML_DEPTH = 32  # a matrix nests four levels; PyYAML recurses once per level
+MAX_PROBLEMS_SHOWN = 20  # a file of a million mistakes is told in a screenful
+LATEST = "latest"  # a torch entry resolved, when its cell runs, to the newest final release
+
+# The file's schema is schemas/matrix.schema.json ("x-expect" is ours: what a value should look like,
+# for errors a person can act on); its device names and profiles are checked against these by the tests.
+SCHEMA: dict[str, Any] = schema("matrix")
+
+
+_FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@_FORMATS.checks("torch-version")
+def is_torch_version(value: object) -> bool:
+    """latest, or X.Y.Z with an optional pre-, post- or dev-release part; no epoch, no +local
+    (the build key says which local build). Canonical spelling is checked separately."""
+    if not isinstance(value, str) or value == LATEST:
+        return True  # a non-string is the type check's to refuse
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        return False
+    return len(version.release) == 3 and not version.epoch and version.local is None
+
+
+class MatrixError(Exception):
+    """matrix.yaml is unusable; ``lines`` holds one message per problem (the first
+    MAX_PROBLEMS_SHOWN of them, then one line saying how many more)."""
+
+    def __init__(self, lines: list[str], path: Path | None = None):
+        if len(lines) > MAX_PROBLEMS_SHOWN:
+            more = len(lines) - MAX_PROBLEMS_SHOWN
+            where = f"{path}: " if path else ""
+            lines = lines[:MAX_PROBLEMS_SHOWN] + [f"{where}... {more:,} more problem{'s' if more > 1 else ''}"]
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    numpy: str | None = None
+    extra_packages: tuple[str, ...] = ()
+    build: str | None = None
+    time_limit_s: float | None = None
+    index_url: str | None = None  # this entry's own index, in place of the project-wide one
+    find_links: str | None = None  # this entry's own folder of wheels (absolute), in place of the project-wide one
+    asked: str | None = None  # what matrix.yaml asked for, when the version was resolved from it (latest)
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return release_numbers(self.version)
+
+    @property
+    def is_latest(self) -> bool:
+        return self.version == LATEST
+
+    @property
+    def is_prerelease(self) -> bool:
+        """A pre-release or nightly, which the installer takes only when told to."""
+        return not self.is_latest and Version(self.version).is_prerelease
+
+    def requirements(self) -> list[str]:
+        """What to install for this release, torch first (unpinned for a latest entry not yet resolved)."""
+        torch = "torch" if self.is_latest else f"torch=={self.version}"
+        return [torch, f"numpy{self.numpy or ''}", *self.extra_packages]
+
+    def resolved(self, version: str) -> Release:
+        """This entry, pinned to the release its ``latest`` resolved to."""
+        return replace(self, version=version, asked=self.version)
+
+
+@dataclass(frozen=True)
+class RunnerDevice:
+    name: str
+    runner: str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    release: Release
+    device: RunnerDevice
+    time_limit_s: float
+    index_url: str | None = None  # where torch comes from: the entry's, else the project-wide one
+    find_links: str | None = None
+    offline: bool = False
+    hypothesis_profile: str = "ci"
+
+    @property
+    def torch(self) -> str:
+        return self.release.version
+
+    @property
+    def name(self) -> str:
+        """Also the result file's stem: results/<name>.json."""
+        return cell_name(self.torch, self.device.name)
+
+    @property
+    def tag(self) -> str:
+        return f"torch-{self.torch}"
+
+    @property
+    def tags(self) -> list[str]:
+        """What selects this cell: `nox -t TAG`, `cpugpu-conformance matrix TAG`."""
+        return [self.tag, f"device-{self.device.name}"]
+
+    @property
+    def session(self) -> str:
+        """The nox session that runs this cell, exactly as `nox -l` names it."""
+        return f"conformance(torch={self.torch!r}, device={self.device.name!r})"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    python: str
+    devices: tuple[RunnerDevice, ...]
+    hypothesis_profile: str
+    time_limit_s: float
+    index_url: str | None
+    baseline: str
+    candidates: tuple[str, ...]
+    releases: tuple[Release, ...]
+    find_links: str | None = None  # absolute
+    offline: bool = False  # install with no network: torch from find_links folders and uv's cache
+
+    @property
+    def cells(self) -> list[MatrixCell]:
+        return [self._cell(release, device) for release in self.releases for device in self.devices]
+
+    def _cell(self, release: Release, device: RunnerDevice) -> MatrixCell:
+        return MatrixCell(release, device, release.time_limit_s or self.time_limit_s,
+                    index_url=release.index_url or self.index_url, find_links=release.find_links or self.find_links,
+                    offline=self.offline, hypothesis_profile=self.hypothesis_profile)
+
+    def cell(self, torch: str, device: str) -> MatrixCell:
+        for cell in self.cells:
+            if cell.torch == torch and cell.device.name == device:
+                return cell
+        raise KeyError(f"{self.path}: no cell for torch {torch} on {device}")
+
+    def device(self, name: str) -> RunnerDevice:
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise KeyError(f"{self.path}: no device {name!r} (devices: {', '.join(d.name for d in self.devices)})")
+
+    def cell_for_release(self, version: str, device: str) -> MatrixCell:
+        """The cell of any release on a device of the matrix (bisect): a listed release's own
+        cell, otherwise the default pairing with the matrix-wide index and time limit."""
+        return self._cell(self.release(version), self.device(device))
+
+    def select(self, selectors: list[str]) -> list[MatrixCell]:
+        """The cells named by cell names (torch-2.15.0-cpu) or tags (torch-2.15.0, device-cpu),
+        in matrix order; every cell when there are none. KeyError names the first unknown one."""
+        cells = self.cells
+        for selector in selectors:
+            if not any(selector == c.name or selector in c.tags for c in cells):
+                raise KeyError(f"{self.path}: no cell or tag {selector!r} "
+                               "(a cell like torch-2.15.0-cpu, or a tag like torch-2.15.0 or device-cpu)")
+        return [c for c in cells if not selectors or any(s == c.name or s in c.tags for s in selectors)]
+
+    def release(self, version: str) -> Release:
+        """The matrix entry for a release, or the default pairing for one not listed (bisect)."""
+        for release in self.releases:
+            if same_version(release.version, version):
+                return release
+        return default_release(version)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "python": self.python,
+            "hypothesis_profile": self.hypothesis_profile,
+            "time_limit_s": self.time_limit_s,
+            "index_url": self.index_url,
+            "find_links": self.find_links,
+            "offline": self.offline,
+            "baseline": self.baseline,
+            "candidates": list(self.candidates),
+            "devices": {d.name: {"runner": d.runner} for d in self.devices},
+            "cells": [
+                {
+                    "name": c.name,
+                    "session": c.session,
+                    "tag": c.tag,
+                    "torch": c.torch,
+                    "device": c.device.name,
+                    "runner": c.device.runner,
+                    "requirements": c.release.requirements(),
+                    "build": c.release.build,
+                    "time_limit_s": c.time_limit_s,
+                    "result": f"results/{c.name}.json",
+                    **self._own_source(c),
+                }
+                for c in self.cells
+            ],
+        }
+
+    def _own_source(self, cell: MatrixCell) -> dict[str, str | None]:
+        """The index and folder of a cell whose entry sets its own (the others use the top-level ones)."""
+        own = {"index_url": cell.index_url, "find_links": cell.find_links}
+        return {k: v for k, v in own.items() if v != getattr(self, k)}
+
+
+def cell_name(torch: str, device: str) -> str:
+    return f"torch-{torch}-{device}"
+
+
+def release_numbers(version: str) -> tuple[int, ...]:
+    """The release numbers (2, 16, 0 for 2.16.0rc1), for pairing a release with its NumPy; latest
+    comes after every release. (Sorting releases: results.release_key.)"""
+    if version == LATEST:
+        return (sys.maxsize,)
+    return Version(version).release
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal as versions (2.13 and 2.13.0), or the same word."""
+    if a == b:
+        return True
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return False
+
+
+def default_release(version: str) -> Release:
+    """How to pair a release that matrix.yaml does not list (CONTRACT.md, measured facts)."""
+    key = release_numbers(version)
+    return Release(
+        version=version,
+        numpy="<2" if key < (2, 3) else None,  # built against NumPy 1
+        extra_packages=("setuptools",) if key < (2, 2) else (),  # torch._dynamo imports it
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; a matrix with two `baseline:` is a mistake.
+
+    Anchors and aliases are refused before any node is built: nine levels of nine aliases
+    expand to gigabytes (an alias bomb), and a matrix has nothing worth sharing. Nesting is
+    capped too, since PyYAML composes each level with one more recursive call.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise yaml.composer.ComposerError(
+                None, None, f"{sign}{event.anchor}: anchors and aliases are not accepted in a matrix (write the value out)",
+                event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load(path: str | Path = DEFAULT_PATH) -> Matrix:
+    """Read and validate matrix.yaml; raise MatrixError naming the file and each bad key."""
+    path = Path(path)
+    try:
+        # Regular files only (a FIFO would block every command, nox -l included), of a matrix's size.
+        text = read_regular_file(path, max_bytes=MAX_MATRIX_BYTES, what="file").decode("utf-8")
+    except ResultFileError as exc:
+        raise MatrixError([str(exc)]) from None
+    except UnicodeDecodeError as exc:
+        raise MatrixError([f"{path}: cannot read: {exc}"]) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        context = ""
+        if exc.context and exc.context_mark and exc.problem:
+            context = f" ({exc.context} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        raise MatrixError([f"{path}{where}: not valid YAML: {exc.problem or exc.context}{context}"]) from None
+    except yaml.YAMLError as exc:
+        raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
+    except ValueError as exc:  # an integer of over 4300 digits, which int() refuses to read
+        raise MatrixError([f"{path}: not valid YAML: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise MatrixError([f"{path}: expected a mapping of keys ({', '.join(SCHEMA['properties'])}), got {_kind(data)}"])
+
+    errors = jsonschema.Draft202012Validator(SCHEMA, format_checker=_FORMATS).iter_errors(data)
+    problems = [f"{path}: {line}" for err in errors for line in _describe(err)]
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)), path)
+    problems = [f"{path}: {line}" for line in _semantic_problems(data) + _source_problems(path, data)]
+    if problems:
+        raise MatrixError(problems, path)
+    return _build(path, data)
+
+
+def _semantic_problems(data: dict[str, Any]) -> list[str]:
+    """What the schema cannot say: canonical versions, finite limits, duplicates, specifiers,
+    and references to listed releases."""
+    problems = _noncanonical_versions(data) + _unbounded_time_limits(data)
+    listed: dict[Version | str, int] = {}
+    for i, entry in enumerate(data["torch"]):
+        key = _version_key(entry["version"])
+        if key in listed:
+            problems.append(f"torch[{i}].version: duplicate cell: {entry['version']!r} is already torch[{listed[key]}]")
+        listed.setdefault(key, i)
+        if "numpy" in entry:
+            spec = entry["numpy"]
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                problems.append(f"torch[{i}].numpy: {spec!r} is not a version requirement like '<2' or '==1.26.4'")
+        for j, pkg in enumerate(entry.get("extra_packages", [])):
+            try:
+                name = canonicalize_name(Requirement(pkg).name)
+            except InvalidRequirement:
+                name = None
+            if name in (None, "torch", "numpy"):
+                problems.append(f"torch[{i}].extra_packages[{j}]: {pkg!r} is not an extra requirement (torch and numpy have their own keys)")
+    for key, value in [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]:
+        if _version_key(value) not in listed:
+            problems.append(f"{key}: {value!r} is not one of the torch releases listed")
+    seen: dict[str, int] = {}
+    for i, value in enumerate(data["candidates"]):
+        if value == data["baseline"]:
+            problems.append(f"candidates[{i}]: {value!r} is the baseline")
+        elif value in seen:
+            problems.append(f"candidates[{i}]: duplicate: {value!r} is already candidates[{seen[value]}]")
+        seen.setdefault(value, i)
+    return problems
+
+
+def _version_key(version: str) -> Version | str:
+    """What makes two entries the same cell: equal versions (2.16.0rc1 is not 2.16.0), or latest."""
+    return version if version == LATEST else Version(version)
+
+
+def _noncanonical_versions(data: dict[str, Any]) -> list[str]:
+    """A version is written as packaging normalizes it: "02.13.0" would name a cell, a session
+    and a pin that differ from the torch that gets installed (2.13.0), and end as wrong_torch."""
+    named = [(f"torch[{i}].version", e["version"]) for i, e in enumerate(data["torch"])]
+    named += [("baseline", data["baseline"])] + [(f"candidates[{i}]", v) for i, v in enumerate(data["candidates"])]
+    problems = []
+    for key, value in named:
+        canonical = value if value == LATEST else str(Version(value))
+        if canonical != value:
+            why = "no leading zeros" if re.sub(r"(?<![0-9])0+(?=[0-9])", "", value) == canonical else "as PEP 440 spells it"
+            problems.append(f"{key}: {value!r} is not written canonically ({why}): write {canonical!r}")
+    return problems
+
+
+def _source_problems(path: Path, data: dict[str, Any]) -> list[str]:
+    """find_links folders that are not there, and a latest entry that, offline, has nowhere to look."""
+    problems = []
+    folders = [("find_links", data.get("find_links"))]
+    folders += [(f"torch[{i}].find_links", e.get("find_links")) for i, e in enumerate(data["torch"])]
+    for key, folder in folders:
+        if folder is not None and not _folder(path, folder).is_dir():
+            problems.append(f"{key}: {folder!r} is not a folder (looked for {_folder(path, folder)})")
+    if data.get("offline"):
+        for i, entry in enumerate(data["torch"]):
+            if entry["version"] == LATEST and not (entry.get("find_links") or data.get("find_links")):
+                problems.append(f"torch[{i}].version: latest with offline: true needs find_links "
+                                "(a folder of wheels to find the newest release in)")
+    return problems
+
+
+def _folder(matrix_path: Path, folder: str) -> Path:
+    """A find_links folder, relative to the matrix file's own folder."""
+    return (matrix_path.parent / folder).resolve()
+
+
+def _unbounded_time_limits(data: dict[str, Any]) -> list[str]:
+    """YAML's .nan and .inf are numbers the schema accepts, but no time limit (and not JSON);
+    a limit over a day is a typo (and 1e308, or 330 digits, overflows the timeouts it reaches)."""
+    limits = [("time_limit_s", data.get("time_limit_s"))]
+    limits += [(f"torch[{i}].time_limit_s", e.get("time_limit_s")) for i, e in enumerate(data["torch"])]
+    problems = []
+    for key, value in limits:
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key}: {value!r} is not a finite number of seconds above 0")
+        elif isinstance(value, (int, float)) and value > MAX_TIME_LIMIT_S:
+            problems.append(f"{key}: {_short_number(value)} is over the limit of {MAX_TIME_LIMIT_S} seconds (a day)")
+    return problems
+
+
+def _short_number(value: int | float) -> str:
+    """A number as written, or its size when it is too long to be worth a line."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"a {len(text)}-digit number ({text[:8]}...)"
+
+
+def _build(path: Path, data: dict[str, Any]) -> Matrix:
+    devices = data.get("devices") or {"cpu": {"runner": "ubuntu-latest"}}
+    return Matrix(
+        path=path,
+        python=data["python"],
+        devices=tuple(
+            RunnerDevice(name, runner if isinstance(runner := spec["runner"], str) else tuple(runner))
+            for name, spec in devices.items()
+        ),
+        hypothesis_profile=data.get("hypothesis_profile", "ci"),
+        time_limit_s=float(data.get("time_limit_s", DEFAULT_TIME_LIMIT_S)),
+        index_url=data.get("index_url"),
+        find_links=str(_folder(path, data["find_links"])) if data.get("find_links") else None,
+        offline=bool(data.get("offline", False)),
+        baseline=data["baseline"],
+        candidates=tuple(data["candidates"]),
+        releases=tuple(
+            Release(
+                version=e["version"],
+                numpy=e.get("numpy"),
+                extra_packages=tuple(e.get("extra_packages", ())),
+                build=e.get("build"),
+                time_limit_s=float(e["time_limit_s"]) if "time_limit_s" in e else None,
+                index_url=e.get("index_url"),
+                find_links=str(_folder(path, e["find_links"])) if e.get("find_links") else None,
+            )
+            for e in data["torch"]
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- messages
+
+_JSON_TYPES = {"string": "a string", "number": "a number", "integer": "an integer", "array": "a list",
+               "object": "a mapping", "boolean": "true/false", "null": "null"}
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _where(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(err: jsonschema.ValidationError) -> list[str]:
+    where = _where(err.absolute_path)
+    value, schema = err.instance, err.schema
+    if err.validator == "additionalProperties":
+        allowed = ", ".join(schema.get("properties", {}))
+        extra = [k for k in value if k not in schema.get("properties", {})]
+        return [f"{_where([*err.absolute_path, k])}: unknown key (expected one of: {allowed})" for k in extra]
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in value]
+        return [f"{_where([*err.absolute_path, k])}: missing" for k in missing]
+    if err.validator == "type":
+        wanted = " or ".join(_JSON_TYPES[t] for t in ([err.validator_value] if isinstance(err.validator_value, str) else err.validator_value))
+        hint = ""
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and ("pattern" in schema or "format" in schema):
+            hint = '; quote it ("2.10.0" unquoted reads as a number)'
+        return [f"{where}: expected {wanted}, got {value!r} ({_kind(value)}){hint}"]
+    if err.validator == "enum":
+        return [f"{where}: {value!r} is not one of {', '.join(map(str, err.validator_value))}"]
+    if err.validator in ("minItems", "minProperties"):
+        return [f"{where}: must not be empty"]
+    if "x-expect" in schema:
+        return [f"{where}: {value!r} is not {schema['x-expect']}"]
+    return [f"{where}: {err.message}"]
