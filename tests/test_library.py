@@ -87,7 +87,7 @@ def test_the_library_comes_from_the_wheel(env, tmp_path):
     assert probe.stdout.strip().startswith(str(env.parent)), probe.stdout
 
 
-def test_the_reference_passes_with_every_promise_tested(reference_run, env):
+def test_the_reference_passes_with_every_promise_tested(reference_run):
     run = reference_run
     assert run.returncode == 0, run.tail()
     # The project's own configuration and profile are the ones in force.

@@ -7,7 +7,6 @@ classes. It runs from an environment that holds the wheel and no checkout."""
 from __future__ import annotations
 
 import inspect
-import json
 import subprocess
 import warnings
 import xml.etree.ElementTree as ET
@@ -234,12 +233,3 @@ def run_python(bin_dir: Path, cwd: Path, script: str, name: str) -> subprocess.C
 def run_tool(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(bin_dir / "cpugpu-conformance"), *args], cwd=cwd, env=outside_env(),
                           capture_output=True, text=True, timeout=300)
-
-
-def failures_of(cell: results.CellResult, device: str = "cpu") -> list[tuple[str, dict]]:
-    """(promise, failure) for every failure the result file holds on ``device``."""
-    return [(p, f) for p in cell.promise_numbers() for f in (cell.entry(p, device) or {}).get("failures") or []]
-
-
-def dump(obj: object) -> str:
-    return json.dumps(obj, indent=1, default=str)[:4000]
