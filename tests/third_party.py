@@ -81,9 +81,10 @@ class ShapedBuffer(CpuGpuBuffer):
 '''
 BUFFERS = inspect.getsource(reference) + "\n\n" + inspect.getsource(variants.PreFixCpuGpuBuffer) + SHAPED_BUFFER
 
-# The adapter LIBRARY_API.md documents, for ShapedBuffer.
+# The adapter the README documents, for ShapedBuffer: with_numpy defaults to True, as the
+# contract's constructor's does (the library leaves it out where it checks that default).
 ADAPTER = '''
-    def make_buffer(self, *size, dtype, device, pin_memory, with_numpy):
+    def make_buffer(self, *size, dtype, device, pin_memory=False, with_numpy=True):
         return self.buffer_cls(size, dtype=dtype, device=device, pin=pin_memory, numpy=with_numpy)
 '''
 
