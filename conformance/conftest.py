@@ -51,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    plan.FLAGS.update({key: flag for flag, (_, key) in SHORT_OPTIONS.items()})
+    config.stash[plan.SPELLING] = {key: flag for flag, (_, key) in SHORT_OPTIONS.items()}
     config.stash[SUITE_EXIT] = True
     config.stash[IMPL_SPEC] = config.getoption("impl")
     config.stash[LOAD_CLASS] = _load_impl

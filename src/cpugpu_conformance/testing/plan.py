@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -12,14 +13,21 @@ import pytest
 from cpugpu_conformance import devices
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 
-# How the run spells the plugin's options, for its one-line errors: the plugin's own names, or
-# the shipped suite's (conformance/conftest.py: --device, --promise, --cell-result, --cell-name).
-FLAGS = {
+# How a run spells the plugin's options, for its one-line errors: the plugin's own names, or
+# the shipped suite's (conformance/conftest.py: --device, --promise, --cell-result, --cell-name),
+# which it puts in the run's config.stash[SPELLING]: nothing process-wide changes.
+FLAGS: Mapping[str, str] = MappingProxyType({
     "device": "--cpugpu-device",
     "promise": "--cpugpu-promise",
     "cell_result": "--cpugpu-cell-result",
     "cell_name": "--cpugpu-cell-name",
-}
+})
+SPELLING = pytest.StashKey[Mapping[str, str]]()
+
+
+def flags(config: pytest.Config) -> Mapping[str, str]:
+    """How this run spells the options."""
+    return config.stash.get(SPELLING, FLAGS)
 
 
 @dataclass(frozen=True)
@@ -51,10 +59,10 @@ class DevicePlan:
         return {"status": "not_requested", "reason": self.not_requested.get(device, "not requested")}
 
 
-def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePlan:
+def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: Mapping[str, str] = FLAGS) -> DevicePlan:
     """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
     this machine cannot test it (devices.unavailable())."""
-    check_device_option(option)
+    check_device_option(option, spelling)
     present = devices.accelerators(unavailable)
     if option is None:
         return DevicePlan(
@@ -68,15 +76,15 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str]) -> DevicePl
         option,
         tuple(d for d in wanted if d not in unavailable),
         skipped={d: unavailable[d] for d in wanted if d in unavailable},
-        not_requested={d: f"not requested ({FLAGS['device']} {option})" for d in DEVICES if d not in wanted},
+        not_requested={d: f"not requested ({spelling['device']} {option})" for d in DEVICES if d not in wanted},
         accelerators=present,
     )
 
 
-def check_device_option(option: str | None) -> None:
+def check_device_option(option: str | None, spelling: Mapping[str, str] = FLAGS) -> None:
     """--device names a device of the registry, or all (None: the default)."""
     if option is not None and option != "all" and option not in DEVICES:
-        raise pytest.UsageError(f"{FLAGS['device']} {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
+        raise pytest.UsageError(f"{spelling['device']} {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
 
 
 def as_facts(plan: DevicePlan) -> dict[str, object]:
@@ -93,14 +101,14 @@ def refused_plan(option: str | None) -> DevicePlan:
     return DevicePlan(option, (), not_requested={d: "not requested: the run was refused" for d in DEVICES})
 
 
-def select_promises(option: str | None) -> frozenset[str] | None:
+def select_promises(option: str | None, spelling: Mapping[str, str] = FLAGS) -> frozenset[str] | None:
     """--promise 3,5 as a set of promise numbers; None: every promise."""
     if option is None:
         return None
     chosen = {p.strip() for p in option.split(",") if p.strip()}
     unknown = sorted(chosen - PROMISES.keys())
     if unknown or not chosen:
-        raise pytest.UsageError(f"{FLAGS['promise']} {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
+        raise pytest.UsageError(f"{spelling['promise']} {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
     return frozenset(chosen)
 
 

@@ -34,9 +34,9 @@ from cpugpu_conformance import devices
 
 from . import budget, recording
 from .plan import (
-    FLAGS,
     as_facts,
     check_device_option,
+    flags,
     from_facts,
     marked_devices,
     plan_devices,
@@ -97,14 +97,14 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     option = config.getoption("cpugpu_device")
     try:
-        plan = plan_devices(option, devices.unavailable())
+        plan = plan_devices(option, devices.unavailable(), flags(config))
     except pytest.UsageError as exc:
         config.stash[PLAN] = refused_plan(option)
         _record_usage_error(_start_recorder(config, None), exc)
         raise
     config.stash[PLAN] = plan
     try:
-        chosen = select_promises(config.getoption("cpugpu_promise"))
+        chosen = select_promises(config.getoption("cpugpu_promise"), flags(config))
     except pytest.UsageError as exc:
         _record_usage_error(_start_recorder(config, None), exc)
         raise
@@ -139,8 +139,8 @@ def _configure_controller(config: pytest.Config) -> None:
     """The controller of ``-n N`` with no result to record needs no torch: it checks the options
     (the same one-line errors) and starts the workers at once. The device plan and warnings
     arrive from the workers (pytest_testnodedown)."""
-    check_device_option(config.getoption("cpugpu_device"))
-    config.stash[PROMISE_FILTER] = select_promises(config.getoption("cpugpu_promise"))
+    check_device_option(config.getoption("cpugpu_device"), flags(config))
+    config.stash[PROMISE_FILTER] = select_promises(config.getoption("cpugpu_promise"), flags(config))
     config.stash[PLAN] = None
     _start_recorder(config, config.stash[PROMISE_FILTER])  # the workers' reports decide the exit status
 
@@ -172,7 +172,7 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
         return None
     path = config.getoption("cpugpu_cell_result")
     if path == "":
-        raise pytest.UsageError(f"{FLAGS['cell_result']} '': an empty path is no file")
+        raise pytest.UsageError(f"{flags(config)['cell_result']} '': an empty path is no file")
     name = config.getoption("cpugpu_cell_name") or "this run"
     if path is not None and not config.getoption("cpugpu_cell_name"):
         import torch  # only for the name in the file: xdist's controller without one imports no torch
@@ -271,7 +271,7 @@ def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
         tested.setdefault(spec, f"{cls.__module__}.{cls.__qualname__}")
     if len(tested) > 1 and config.getoption("cpugpu_cell_result"):
         names = ", ".join(f"{where} tests {spec}" for spec, where in sorted(tested.items()))
-        raise pytest.UsageError(f"{FLAGS['cell_result']}: a result file is about one class under test, and this run "
+        raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, and this run "
                                 f"has {len(tested)} ({names}): select one with -k")
     config.stash[TESTED_CLASSES] = sorted(tested)
     recorder = config.pluginmanager.get_plugin("cpugpu-cell-recorder")

@@ -26,7 +26,7 @@ import pytest
 from cpugpu_conformance import devices, results
 from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
 
-from .plan import FLAGS, DevicePlan, in_contract_order
+from .plan import DevicePlan, flags, in_contract_order
 
 if TYPE_CHECKING:  # repro imports torch, which xdist's controller never needs
     from .reproducer import Record
@@ -219,6 +219,7 @@ class CellRecorder:
         # Whether the answer sets the run's exit status: in the shipped suite always, in a
         # project's own run only with a result file (its exit code then says what the file says).
         self.sets_exit = sets_exit
+        self.flags = flags(config)
         self.path = path
         self.name = name
         self.chosen = chosen
@@ -252,14 +253,14 @@ class CellRecorder:
         try:
             stack.enter_context(results.exclusive(self.path))
         except (results.ResultPathBusy, results.NotRegularFile) as exc:
-            raise pytest.UsageError(f"{FLAGS['cell_result']} {exc}") from None
+            raise pytest.UsageError(f"{self.flags['cell_result']} {exc}") from None
         except OSError as exc:
-            raise pytest.UsageError(f"{FLAGS['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise pytest.UsageError(f"{self.flags['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
         self.config.add_cleanup(stack.close)
         try:
             results.placeholder(self.name, **self._run_fields()).write(self.path)
         except OSError as exc:
-            raise pytest.UsageError(f"{FLAGS['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise pytest.UsageError(f"{self.flags['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
 
     def observe(self) -> None:
         """The torch behaviour the contract rests on, taken before the class under test is imported."""
@@ -362,7 +363,7 @@ class CellRecorder:
         if inapplicable is not None:
             return {"verdict": "not_applicable", "reason": inapplicable, **out}
         if self.chosen is not None and promise not in self.chosen:
-            return {"verdict": "not_requested", "reason": f"not selected ({FLAGS['promise']})", **out}
+            return {"verdict": "not_requested", "reason": f"not selected ({self.flags['promise']})", **out}
         if dev["status"] == "skipped":
             return {"verdict": "skipped", "reason": dev["reason"], **out}
         if tally.failed:
@@ -465,7 +466,7 @@ class CellRecorder:
             terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)
         else:  # a project's own run: its exit status is pytest's, the contract's answer is this line
             terminalreporter.write_line(f"cpugpu-conformance: {head}: the contract is not shown to hold "
-                                        f"(with {FLAGS['cell_result']} the run would exit {exitstatus})", yellow=True)
+                                        f"(with {self.flags['cell_result']} the run would exit {exitstatus})", yellow=True)
         shown = 5
         for line in lines[:shown]:
             terminalreporter.write_line(f"  {line}", red=True)
