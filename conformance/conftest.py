@@ -74,7 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _hands_tests_to_workers(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and not config.getoption("collectonly")
+    workers = config.getoption("dist", "no") != "no"
+    return not hasattr(config, "workerinput") and workers and not config.getoption("collectonly")
 
 
 def _load_impl(config: pytest.Config) -> None:
@@ -89,7 +90,8 @@ def _load_impl(config: pytest.Config) -> None:
         raise pytest.UsageError(_exit_at_import(spec, exc)) from None
     config.stash[IMPL] = impl
     config.stash[WARNINGS] += [
-        f"importing --impl {impl.spec} replaced {name}: the suite tested the class against the replacement, not torch's own"
+        f"importing --impl {impl.spec} replaced {name}: the suite tested the class against the replacement, "
+        "not torch's own"
         for name in impl.replaced_torch
     ]
 

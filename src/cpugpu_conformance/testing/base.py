@@ -48,8 +48,11 @@ class BufferTests:
 
     # --- for the test methods
 
-    def scenario(self, record: Record, promise: str, device: str, *, title: str | None = None, **values: Any) -> Scenario:
-        return Scenario(record, promise, device, title=title, factory=self.make_buffer, adapter=self._adapter(), **values)
+    def scenario(self, record: Record, promise: str, device: str, *, title: str | None = None,
+                 **values: Any) -> Scenario:
+        """A scenario whose make() builds the buffer through make_buffer (the adapter, if any)."""
+        return Scenario(record, promise, device, title=title, factory=self.make_buffer, adapter=self._adapter(),
+                        **values)
 
     def build(
         self,
@@ -105,7 +108,8 @@ class BufferTests:
         try:
             body = textwrap.indent(textwrap.dedent(inspect.getsource(method)), "    ")
         except (OSError, TypeError):
-            body = "    def make_buffer(self, *size, **options):\n        raise NotImplementedError('source not found')\n"
+            body = ("    def make_buffer(self, *size, **options):\n"
+                    "        raise NotImplementedError('the adapter's source was not found')\n")
         return (f"class Adapter:  # {owner.__qualname__}.make_buffer, with the class it reads\n"
                 f"    buffer_cls = Buffer\n\n{body.rstrip()}\n\n\nADAPTER = Adapter()\n")
 

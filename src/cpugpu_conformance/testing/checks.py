@@ -87,12 +87,18 @@ def partial_copy(buf, method, n, dtype, device):
     sync(device)
     expected = before_dst.copy()
     expected[:n] = before_src[:n]
-    assert (raw(getattr(buf, dst)) == expected).all(), f"{method}(n) did not write exactly buf.{src}[:n] into buf.{dst}[:n]"
+    assert (raw(getattr(buf, dst)) == expected).all(), (
+        f"{method}(n) did not write exactly buf.{src}[:n] into buf.{dst}[:n]"
+    )
     assert (raw(getattr(buf, src)) == before_src).all(), f"{method}(n) changed its source, buf.{src}"
     written = getattr(buf, dst)[:n]
     assert isinstance(out, torch.Tensor), f"{method}(n) returned {type(out).__name__}, not the written slice"
-    assert tuple(out.shape) == tuple(written.shape), f"{method}(n) returned shape {tuple(out.shape)}, expected {tuple(written.shape)}"
-    assert out.device == written.device and out.dtype == dtype, f"{method}(n) returned a tensor on {out.device} of {out.dtype}"
+    assert tuple(out.shape) == tuple(written.shape), (
+        f"{method}(n) returned shape {tuple(out.shape)}, expected {tuple(written.shape)}"
+    )
+    assert out.device == written.device and out.dtype == dtype, (
+        f"{method}(n) returned a tensor on {out.device} of {out.dtype}"
+    )
     if written.numel():
         assert out.data_ptr() == written.data_ptr(), f"{method}(n) returned a tensor that is not buf.{dst}[:n]"
 
@@ -129,4 +135,6 @@ def still_captured(buf, captured, storages, device):
                 f"buf.{name} was rebound to a new storage: a caller that captured it (a CUDA graph, say) is left behind"
             )
     fill_bytes(captured["cpu"], seed=5)  # writes through what a caller captured reach the buffer
-    assert (raw(buf.cpu) == raw(captured["cpu"])).all(), "buf.cpu no longer shows writes to the tensor captured at construction"
+    assert (raw(buf.cpu) == raw(captured["cpu"])).all(), (
+        "buf.cpu no longer shows writes to the tensor captured at construction"
+    )

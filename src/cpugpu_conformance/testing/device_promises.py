@@ -118,7 +118,9 @@ def copy_outlasting_a_stall(buf, method, n, device):
     getattr(buf, method)(n)
     still_busy = not idle(buf)
     sync(device)
-    assert still_busy, f"buf.{method}(n) waited for the device's queued work: from pinned memory it must not block the host"
+    assert still_busy, (
+        f"buf.{method}(n) waited for the device's queued work: from pinned memory it must not block the host"
+    )
 
 
 def made_with_pin_memory(buf, size):

@@ -68,7 +68,8 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: M
         return DevicePlan(
             None,
             tuple(d for d in DEVICES if d not in unavailable),
-            not_requested={d: f"not requested (default: the devices this machine has): {why}" for d, why in unavailable.items()},
+            not_requested={d: f"not requested (default: the devices this machine has): {why}"
+                           for d, why in unavailable.items()},
             accelerators=present,
         )
     wanted = list(DEVICES) if option == "all" else [option]
@@ -84,7 +85,8 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: M
 def check_device_option(option: str | None, spelling: Mapping[str, str] = FLAGS) -> None:
     """--device names a device of the registry, or all (None: the default)."""
     if option is not None and option != "all" and option not in DEVICES:
-        raise pytest.UsageError(f"{spelling['device']} {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
+        raise pytest.UsageError(
+            f"{spelling['device']} {option!r}: unknown device; expected {', '.join(DEVICES)} or all")
 
 
 def as_facts(plan: DevicePlan) -> dict[str, object]:
@@ -93,7 +95,8 @@ def as_facts(plan: DevicePlan) -> dict[str, object]:
 
 
 def from_facts(facts: Mapping[str, Any]) -> DevicePlan:
-    return DevicePlan(**{**facts, "tested": tuple(facts["tested"]), "accelerators": tuple(facts.get("accelerators", ()))})
+    tested, accelerators = tuple(facts["tested"]), tuple(facts.get("accelerators", ()))
+    return DevicePlan(**{**facts, "tested": tested, "accelerators": accelerators})
 
 
 def refused_plan(option: str | None) -> DevicePlan:
@@ -108,7 +111,8 @@ def select_promises(option: str | None, spelling: Mapping[str, str] = FLAGS) -> 
     chosen = {p.strip() for p in option.split(",") if p.strip()}
     unknown = sorted(chosen - PROMISES.keys())
     if unknown or not chosen:
-        raise pytest.UsageError(f"{spelling['promise']} {option!r}: unknown promise {', '.join(unknown) or '(none)'}; expected numbers 1-{len(PROMISES)}")
+        raise pytest.UsageError(f"{spelling['promise']} {option!r}: unknown promise {', '.join(unknown) or '(none)'}; "
+                                f"expected numbers 1-{len(PROMISES)}")
     return frozenset(chosen)
 
 
@@ -120,7 +124,8 @@ def marked_devices(names: list[str]) -> frozenset[str]:
     """The devices a ``@pytest.mark.cpugpu_devices(...)`` marker names; ValueError names one the registry lacks."""
     unknown = sorted(set(names) - set(DEVICES))
     if unknown:
-        raise ValueError(f"@pytest.mark.cpugpu_devices names unknown device {unknown[0]!r}; expected {', '.join(DEVICES)}")
+        raise ValueError(
+            f"@pytest.mark.cpugpu_devices names unknown device {unknown[0]!r}; expected {', '.join(DEVICES)}")
     return frozenset(names)
 
 

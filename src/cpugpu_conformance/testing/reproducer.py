@@ -169,7 +169,8 @@ class Scenario:
         self.ns.update(values)
         self._record()
 
-    def call(self, func: Callable[..., Any], *args: Any, into: str | tuple[str, ...] | None = None, **kwargs: Any) -> Any:
+    def call(self, func: Callable[..., Any], *args: Any, into: str | tuple[str, ...] | None = None,
+             **kwargs: Any) -> Any:
         """Call `func`; a `Name` argument is the value bound under that name (`Name("buf")`), a
         function argument is passed as itself (its source goes into the reproducer), anything
         else is a literal. With no arguments at all, each parameter is the value of its name.

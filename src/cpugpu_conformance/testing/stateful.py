@@ -219,7 +219,8 @@ class BufferStateMachine(RuleBasedStateMachine):
         expected = {"expected_cpu": self.model["cpu"].copy(), "expected_gpu": self.model["gpu"].copy()}
         for promise, check in INVARIANT:
             self.record.blame(promise)
-            args = [expected[p] if p in expected else Name(p) for p in check.__code__.co_varnames[:check.__code__.co_argcount]]
+            params = check.__code__.co_varnames[:check.__code__.co_argcount]
+            args = [expected[p] if p in expected else Name(p) for p in params]
             self.sc.check(check, *args)
 
     def teardown(self):
