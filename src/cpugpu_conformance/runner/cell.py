@@ -42,7 +42,7 @@ from cpugpu_conformance.runner.install import (
     probe_torch,
     torch_mismatch,
 )
-from cpugpu_conformance.runner.matrix import MatrixCell, Release
+from cpugpu_conformance.runner.matrix_model import MatrixCell, Release
 from cpugpu_conformance.runner.processes import (
     CellInterrupted,
     Interrupts,
