@@ -22,7 +22,7 @@ from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, w
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
-from cpugpu_conformance.runner import cell, processes
+from cpugpu_conformance.runner import answer, cell, processes
 from cpugpu_conformance.runner import install as installer
 from cpugpu_conformance.runner.cell import CellSpec
 from cpugpu_conformance.runner.matrix import Release
@@ -42,7 +42,7 @@ def test_finished_run_keeps_the_suites_result_and_the_command_it_was_given(tmp_p
     assert result["requested"]["torch"] == "2.15.0" and result["requested"]["device"] == "cpu"
     assert result["requested"]["promises"] == ["1"]
     log = s.log_path.read_text()
-    assert f" -c {cell.SUITE_LAUNCHER} conformance --cell-result " in log, "the fast-exit launcher runs pytest"
+    assert f" -c {answer.SUITE_LAUNCHER} conformance --cell-result " in log, "the fast-exit launcher runs pytest"
     assert "suite args: conformance --cell-result" in log
     assert "--cell-name torch-2.15.0-cpu --hypothesis-profile ci -p no:cacheprovider --device cpu --impl pkg.mod:Cls" in log
     assert leftovers(s) == [], "the staging file and the lock are gone"

@@ -6,6 +6,7 @@
     install       one uv environment per torch, the installer and its progress, the torch check
     processes     signals (CellInterrupted) and process groups: run_suite, signal_group, kill_group
     cell          one cell: claim results/<cell>.json, install, run the suite, write its answer
+    answer        the suite's command in a cell, and how its ending becomes the cell's answer
     parallel      several cell runners side by side, output prefixed, stopped together
     bisection     the first release between GOOD and BAD whose answer changes
 
