@@ -86,7 +86,7 @@ def writes_result(verdict: str = "passed", torch: str = "2.15.0+cu130") -> str:
 
 
 def on_disk(s: CellSpec) -> results.CellResult:
-    return results.load(s.result_path)
+    return results.CellResult.load(s.result_path)
 
 
 def leftovers(s: CellSpec) -> list[str]:

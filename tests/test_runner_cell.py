@@ -178,7 +178,7 @@ def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_pat
         if child is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
-    assert results.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
+    assert results.CellResult.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
 
 
 @pytest.mark.parametrize(
@@ -314,7 +314,7 @@ def test_fallback_records_a_missing_result_as_error_with_the_nox_tail(tmp_path: 
     path = tmp_path / "results" / "torch-2.15.0-cpu.json"
     line = cell.record_unfinished(path, "torch-2.15.0-cpu", "conformance(torch='2.15.0', device='cpu')", log)
     assert line == f"{path}: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "error" and result.name == "torch-2.15.0-cpu"
     assert result["detail"].startswith("nox -s conformance(torch='2.15.0', device='cpu') ended without a result file\n")
     assert result["detail"].endswith("Python interpreter 3.11 not found")
@@ -326,7 +326,7 @@ def test_fallback_adds_the_nox_tail_to_a_placeholder_and_keeps_it_interrupted(tm
     log = tmp_path / "nox.log"
     log.write_text("nox > Running session conformance\nError: The operation was canceled.\n")
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", log) == f"{path}: recorded as interrupted"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "interrupted" and result.requested["torch"] == "2.15.0"
     assert "did not finish" in result["detail"] and result["detail"].endswith("The operation was canceled.")
 
@@ -336,7 +336,7 @@ def test_fallback_replaces_an_unreadable_result_with_error(tmp_path: Path, conte
     path = tmp_path / "torch-2.15.0-cpu.json"
     path.write_bytes(content)
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", tmp_path / "no-log") == f"{path}: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "error"
     assert result["detail"].startswith(f"nox -s s left a result file that cannot be read ({path}: ")
     assert result["detail"].endswith("nox -s s left no output")

@@ -134,7 +134,7 @@ class Progress:
     def finished(self, done: parallel.Finished) -> str:
         if self.written_this_run(done):
             try:
-                answer = results.load(self.path(done.name)).describe()
+                answer = results.CellResult.load(self.path(done.name)).describe()
             except results.ResultFileError as exc:
                 answer = f"no usable result ({exc})"
         else:

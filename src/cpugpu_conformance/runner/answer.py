@@ -88,7 +88,7 @@ def cell_answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
     if suite.returncode not in PYTEST_FINISHED:
         return fault(_status_of_exit(suite.returncode), _exit_description(suite.returncode))
     try:
-        written = results.load(spec.staging_path)
+        written = results.CellResult.load(spec.staging_path)
     except results.ResultFileError as exc:
         return fault("error", f"{_finished_description(suite.returncode)} without a usable result file ({exc})")
     if problem := _not_what_the_cell_set(spec, written):

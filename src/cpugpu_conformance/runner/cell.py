@@ -334,7 +334,7 @@ def record_unfinished(path: Path, cell: str, session: str, nox_log: Path | None 
     tail = log_tail(nox_log) if nox_log else []
     output = "\n".join([f"nox -s {session} output, last lines:", *tail] if tail else [f"nox -s {session} left no output"])
     try:
-        found = results.load(path)
+        found = results.CellResult.load(path)
     except results.ResultFileError as exc:
         missing = not path.exists() and not path.is_symlink()
         why = "ended without a result file" if missing else f"left a result file that cannot be read ({exc})"
