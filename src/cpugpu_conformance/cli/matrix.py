@@ -179,7 +179,7 @@ def record_interrupted(path: Path, name: str, signum: int) -> bool:
     return True
 
 
-def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, str] | None = None) -> int:
+def report(outcome: parallel.ParallelOutcome, results_dir: Path, unanswered: dict[str, str] | None = None) -> int:
     """The summary table of the cells that ran (those with no answer from this run as such);
     the exit code of the whole run."""
     unanswered = unanswered or {}

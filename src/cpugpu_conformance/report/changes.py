@@ -23,7 +23,7 @@ from .view import (
 
 
 @dataclass(frozen=True)
-class Step:
+class ReleaseStep:
     """A cell read against the one before it: 'at' is where something changed, 'since' what
     it is compared with (None for the first). Labels carry the cell's tag where the
     release alone is ambiguous."""
@@ -34,8 +34,8 @@ class Step:
     since_label: str | None = None
 
 
-def _step(cell: ReportedCell, before: ReportedCell | None, ambiguous: set[str]) -> Step:
-    return Step(cell, release_label(cell, ambiguous), before,
+def _step(cell: ReportedCell, before: ReportedCell | None, ambiguous: set[str]) -> ReleaseStep:
+    return ReleaseStep(cell, release_label(cell, ambiguous), before,
                 release_label(before, ambiguous) if before is not None else None)
 
 
@@ -47,7 +47,7 @@ class VerdictChange:
     it is one row for every promise, and the next cell is compared with the last that did.
     """
 
-    step: Step
+    step: ReleaseStep
     device: str
     promises: tuple[str, ...]  # empty: every promise (a cell that did not complete)
     before: Outcome | None
@@ -104,7 +104,7 @@ class ObservationChange:
     None: the probe was not run, or (for an entry) the table had no such entry.
     """
 
-    step: Step
+    step: ReleaseStep
     probe: str
     before: str | None
     after: str | None

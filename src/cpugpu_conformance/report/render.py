@@ -30,7 +30,7 @@ import markupsafe
 from ..results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
 from . import changes as changelog
 from . import view
-from .changes import ObservationChange, Step, VerdictChange
+from .changes import ObservationChange, ReleaseStep, VerdictChange
 from .marks import ANSWERS, MARKS, repeated_notes
 from .publish import ReportError, publish
 from .view import Column, ReportedCell
@@ -213,7 +213,7 @@ def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[st
     return rows
 
 
-def _by_step(changes: list[tuple[Step, Any]]) -> list[dict[str, Any]]:
+def _by_step(changes: list[tuple[ReleaseStep, Any]]) -> list[dict[str, Any]]:
     """Changes grouped under the step (release) they happened at, in order: a changelog."""
     groups: list[dict[str, Any]] = []
     for step, change in changes:
@@ -234,7 +234,7 @@ def _promises_text(promises: tuple[str, ...], cells: list[ReportedCell]) -> tupl
     return ", ".join(promises), "; ".join(titles)
 
 
-def _verdict_rows(cells: list[ReportedCell], changes: list[VerdictChange]) -> list[tuple[Step, dict[str, Any]]]:
+def _verdict_rows(cells: list[ReportedCell], changes: list[VerdictChange]) -> list[tuple[ReleaseStep, dict[str, Any]]]:
     rows = []
     for change in changes:
         text, titles = _promises_text(change.promises, cells)
