@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from cell_helpers import fake_python, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, read_one_line_and_hang_up, wait_for
 from test_cli_matrix import one_error, write_matrix
 from test_runner_processes import HELD_SUITE, chatty_passing_suite, held_suite_pids
 
@@ -219,17 +219,8 @@ def test_a_closed_output_changes_no_cells_answer_and_every_cell_runs(tmp_path):
     names = ["torch-a-cpu", "torch-b-cpu"]
     jobs = [(n, [sys.executable, str(runner), n, str(chatty_passing_suite(tmp_path / n))], str(out / f"{n}.log"))
             for n in names]
-    proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline()
-        proc.stdout.close()
-        _, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    code, err = read_one_line_and_hang_up([sys.executable, str(driver), json.dumps(jobs)], timeout=180, cwd=ROOT)
+    assert code == 0 and "Traceback" not in err, err
     for name in names:
         result = results.CellResult.load(out / f"{name}.json")
         assert result.status == "completed" and result.answer().clean, f"{name}: {result.describe()}"

@@ -55,13 +55,17 @@ def test_failed_promise_is_a_completed_cell_that_is_not_clean(tmp_path: Path) ->
     assert result.describe() == "FAILED (0 passed, 1 failed, 0 untested, 0 recorded)"
 
 
-def test_a_completed_run_that_checked_nothing_is_untested_not_passed(tmp_path: Path) -> None:
-    """The suite said 'passed' but counted no check: the model's rule, not the writer's word, decides."""
-    behaviour = writes_result("passed").replace('"passed": int(verdict == "passed")', '"passed": 0', 1)
-    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+def assert_completed_but_untested(result) -> None:
+    """A finished run whose answer is UNTESTED: a completed file, never a pass."""
     assert result.status == "completed"
     assert result.answer().kind == "untested" and not result.answer().clean
     assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+
+
+def test_a_completed_run_that_checked_nothing_is_untested_not_passed(tmp_path: Path) -> None:
+    """The suite said 'passed' but counted no check: the model's rule, not the writer's word, decides."""
+    behaviour = writes_result("passed").replace('"passed": int(verdict == "passed")', '"passed": 0', 1)
+    assert_completed_but_untested(cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour)))
 
 
 def test_abort_is_recorded_as_crashed_with_the_log_tail(tmp_path: Path) -> None:
@@ -201,10 +205,7 @@ def test_a_run_that_did_not_finish_its_job_is_an_error(tmp_path: Path, behaviour
 def test_a_suite_that_left_promises_untested_is_a_finished_run_whose_answer_is_untested(tmp_path: Path, code: int) -> None:
     """Exit 5 (a cuda cell on a machine without a GPU) and 6 come with a completed result file: it holds the answer."""
     behaviour = writes_result("skipped").replace('sys.exit(0 if verdict == "passed" else 1)', f"sys.exit({code})")
-    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
-    assert result.status == "completed"
-    assert result.answer().kind == "untested" and not result.answer().clean
-    assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+    assert_completed_but_untested(cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour)))
 
 
 def test_a_suite_that_printed_nothing_is_explained_by_the_log_never_called_empty(tmp_path: Path) -> None:

@@ -17,7 +17,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, wait_for, writes_result
+from cell_helpers import (
+    ROOT,
+    fake_python,
+    is_gone,
+    leftovers,
+    on_disk,
+    read_one_line_and_hang_up,
+    spec,
+    wait_for,
+    writes_result,
+)
 from child_signals import default_sigint
 
 from cpugpu_conformance import results
@@ -282,16 +292,8 @@ def test_a_closed_output_changes_nothing_in_the_cells_answer(tmp_path: Path) -> 
     script = tmp_path / "runner.py"
     script.write_text(textwrap.dedent(RUNNER.format(results=str(s.results_dir), root=str(ROOT),
                                                     python=str(chatty_passing_suite(tmp_path / "chatty")))))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline()
-        proc.stdout.close()  # what `| head -1` does after its line
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    code, err = read_one_line_and_hang_up([sys.executable, str(script)], timeout=120)
+    assert code == 0 and "Traceback" not in err, err
     result = on_disk(s)
     assert result.status == "completed" and result.answer().clean, result.describe()
     assert "a chatty suite, line 19999" in s.log_path.read_text(), "the log still has every line"
