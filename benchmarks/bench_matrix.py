@@ -225,7 +225,7 @@ def cell_run(release: str, workdir: Path, env: dict[str, str]) -> tuple[float, f
     subprocess.run([*nox_cmd(), "--envdir", str(envdir), "-t", f"torch-{release}", "--", *PYTEST_ARGS], cwd=ROOT, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - started
-    result = results.load(out / f"{matrix.cell_name(release, 'cpu')}.json")
+    result = results.CellResult.load(out / f"{matrix.cell_name(release, 'cpu')}.json")
     shutil.rmtree(envdir, ignore_errors=True)
     return elapsed, float(result.get("duration_s") or 0.0), result.describe()
 

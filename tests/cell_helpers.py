@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -86,7 +87,7 @@ def writes_result(verdict: str = "passed", torch: str = "2.15.0+cu130") -> str:
 
 
 def on_disk(s: CellSpec) -> results.CellResult:
-    return results.load(s.result_path)
+    return results.CellResult.load(s.result_path)
 
 
 def leftovers(s: CellSpec) -> list[str]:
@@ -114,3 +115,18 @@ def is_gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def read_one_line_and_hang_up(command: list[str], *, timeout: float, cwd: Path | None = None) -> tuple[int, str]:
+    """Run ``command``, read its first line of output and close the pipe, as ``| head -1`` does;
+    its exit code and stderr once it has ended (killed if it has not within ``timeout``)."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    return proc.returncode, err

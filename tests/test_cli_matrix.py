@@ -151,7 +151,7 @@ def test_cell_unknown_option_before_the_double_dash_is_a_usage_error(tmp_path, c
 def test_cell_that_cannot_be_installed_is_exit_1_with_its_answer(tmp_path, capsys):
     m, out = write_matrix(tmp_path), tmp_path / "results"
     assert cli.main(["cell", "99.0.0", "--matrix", str(m), "--results", str(out), "--env", str(tmp_path / "env")]) == 1
-    result = results.load(out / "torch-99.0.0-cpu.json")
+    result = results.CellResult.load(out / "torch-99.0.0-cpu.json")
     assert result.status == "not_installed" and "torch==99.0.0" in result["detail"]
     assert result["requested"]["time_limit_s"] == 3000, "the entry's own time limit"
     assert (tmp_path / "env" / "bin" / "python").exists(), "the environment was made where --env says"
@@ -210,7 +210,7 @@ def test_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path):
                            str(out), "--env", str(tmp_path / "env"), "--", "--promise", "1"],
                           capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = results.load(out / f"torch-{release}-cpu.json")
+    result = results.CellResult.load(out / f"torch-{release}-cpu.json")
     assert result.answer().clean and result.outcome("1", "cpu").kind == "passed"
     assert result.outcome("2", "cpu").kind == "not_requested", "--promise 1 reached pytest"
     assert result["environment"]["torch"].split("+")[0] == release
@@ -290,7 +290,7 @@ def test_record_unfinished_and_the_old_entry_point(tmp_path, capsys):
     path = tmp_path / "results" / "torch-2.15.0-cpu.json"
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: recorded as error"
-    assert results.load(path).status == "error"
+    assert results.CellResult.load(path).status == "error"
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: the cell's answer stands"
     old = subprocess.run([sys.executable, "-m", "cpugpu_conformance.cell", "record-unfinished", str(path)],

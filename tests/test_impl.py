@@ -100,4 +100,4 @@ def test_run_tests_a_file_that_imports_a_module_beside_it(tmp_path):
     proc = run_command("--impl", f"{folder / 'buffers.py'}:Buffer", "--promise", "1", "--cell-result", str(result),
                        cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert results.load(result).outcome("1", "cpu").kind == "passed"
+    assert results.CellResult.load(result).outcome("1", "cpu").kind == "passed"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from cell_helpers import fake_python, is_gone, wait_for
+from cell_helpers import fake_python, is_gone, read_one_line_and_hang_up, wait_for
 from test_cli_matrix import one_error, write_matrix
 from test_runner_processes import HELD_SUITE, chatty_passing_suite, held_suite_pids
 
@@ -186,7 +186,7 @@ def test_a_signal_stops_every_running_cell_each_records_interrupted_and_no_other
         out, _ = held.proc.communicate(timeout=90)
         assert held.proc.returncode == 128 + sig, out
         for name in held.names[:2]:
-            result = results.load(held.results / f"{name}.json")
+            result = results.CellResult.load(held.results / f"{name}.json")
             assert result.status == "interrupted", name
             assert result["detail"].startswith(f"interrupted by {sig.name}") and "still testing" in result["detail"]
         assert not (held.results / "torch-c-cpu.json").exists() and not held.pid_files["torch-c-cpu"].exists()
@@ -219,19 +219,10 @@ def test_a_closed_output_changes_no_cells_answer_and_every_cell_runs(tmp_path):
     names = ["torch-a-cpu", "torch-b-cpu"]
     jobs = [(n, [sys.executable, str(runner), n, str(chatty_passing_suite(tmp_path / n))], str(out / f"{n}.log"))
             for n in names]
-    proc = subprocess.Popen([sys.executable, str(driver), json.dumps(jobs)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline()
-        proc.stdout.close()
-        _, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    code, err = read_one_line_and_hang_up([sys.executable, str(driver), json.dumps(jobs)], timeout=180, cwd=ROOT)
+    assert code == 0 and "Traceback" not in err, err
     for name in names:
-        result = results.load(out / f"{name}.json")
+        result = results.CellResult.load(out / f"{name}.json")
         assert result.status == "completed" and result.answer().clean, f"{name}: {result.describe()}"
 
 
@@ -242,7 +233,7 @@ def test_a_cell_stopped_before_it_held_its_path_is_recorded_interrupted_not_its_
     progress = cli_matrix.Progress(tmp_path, [job])  # noted before the cell starts
     progress.finished(parallel.Finished(job.name, -signal.SIGTERM, 0.1, time.time(), []))
     progress.record_interrupted(signal.SIGTERM)
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "interrupted" and "before the cell started" in result["detail"]
     assert progress.unanswered == {}, "the matrix's own record answers for it"
 
@@ -251,7 +242,7 @@ def test_a_cell_stopped_before_it_held_its_path_is_recorded_interrupted_not_its_
     fresh.write(path)  # the cell's own answer, written during the run
     progress.finished(parallel.Finished(job.name, 143, 0.1, time.time() - 5, []))
     progress.record_interrupted(signal.SIGTERM)
-    assert results.load(path) == fresh, "this run's own answer stands"
+    assert results.CellResult.load(path) == fresh, "this run's own answer stands"
 
 
 # A cell command that ends without touching its result file, as one that cannot take its lock did
@@ -290,7 +281,7 @@ def test_a_cell_that_cannot_take_its_lock_shows_no_answer_not_its_old_pass(tmp_p
     assert "torch-98.0.0-cpu: NO ANSWER written this run" in text and "passed (" not in text
     assert f"cannot write the cell's result and log there ({results.lock_path(path)}: the lock file is not a regular file (a directory); remove it)" in text
     assert "Traceback" not in text
-    assert results.load(path).answer().clean, "the old file is left as it was"
+    assert results.CellResult.load(path).answer().clean, "the old file is left as it was"
 
 
 @pytest.mark.parametrize("where", ["a-file", "under-a-file"])
@@ -312,7 +303,7 @@ def test_matrix_runs_every_cell_in_its_own_environment_and_ends_with_the_summary
     assert code == 1, "cells that cannot be installed are not clean"
     text = capsys.readouterr().out
     for name in ("torch-98.0.0-cpu", "torch-99.0.0-cpu"):
-        assert results.load(out / f"{name}.json").status == "not_installed"
+        assert results.CellResult.load(out / f"{name}.json").status == "not_installed"
         assert (envs / name / "bin" / "python").exists(), "one environment per cell"
         assert f"{name}: started (log: {out / name}.log)" in text
         assert f"{name}: not installed: " in text

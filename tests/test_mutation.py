@@ -14,7 +14,10 @@ import pytest
 from cosmic_ray import work_item as cr
 from cosmic_ray.testing import run_tests
 
-from cpugpu_conformance import mutation as mu
+from cpugpu_conformance.cli import mutation as cli
+from cpugpu_conformance.mutation import equivalents as eq
+from cpugpu_conformance.mutation import report, score
+from cpugpu_conformance.mutation import run as runs
 
 # ---------------------------------------------------------------- outcomes
 
@@ -22,88 +25,88 @@ from cpugpu_conformance import mutation as mu
 @pytest.mark.parametrize(
     ("result", "expected"),
     [
-        (None, mu.NOT_RUN),
-        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "1 failed", cr.TestOutcome.KILLED), mu.KILLED),
-        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "", cr.TestOutcome.KILLED), mu.KILLED),
-        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "timeout", cr.TestOutcome.KILLED), mu.TIMEOUT),
-        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "3 passed", cr.TestOutcome.SURVIVED), mu.SURVIVED),
-        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "Traceback", cr.TestOutcome.INCOMPETENT), mu.INCOMPETENT),
-        (cr.WorkResult(cr.WorkerOutcome.EXCEPTION, "Traceback", cr.TestOutcome.INCOMPETENT), mu.INCOMPETENT),
-        (cr.WorkResult(cr.WorkerOutcome.ABNORMAL), mu.INCOMPETENT),
-        (cr.WorkResult(cr.WorkerOutcome.NO_TEST), mu.NOT_RUN),
-        (cr.WorkResult(cr.WorkerOutcome.SKIPPED, "filtered"), mu.NOT_RUN),
+        (None, score.NOT_RUN),
+        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "1 failed", cr.TestOutcome.KILLED), score.KILLED),
+        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "", cr.TestOutcome.KILLED), score.KILLED),
+        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "timeout", cr.TestOutcome.KILLED), score.TIMEOUT),
+        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "3 passed", cr.TestOutcome.SURVIVED), score.SURVIVED),
+        (cr.WorkResult(cr.WorkerOutcome.NORMAL, "Traceback", cr.TestOutcome.INCOMPETENT), score.INCOMPETENT),
+        (cr.WorkResult(cr.WorkerOutcome.EXCEPTION, "Traceback", cr.TestOutcome.INCOMPETENT), score.INCOMPETENT),
+        (cr.WorkResult(cr.WorkerOutcome.ABNORMAL), score.INCOMPETENT),
+        (cr.WorkResult(cr.WorkerOutcome.NO_TEST), score.NOT_RUN),
+        (cr.WorkResult(cr.WorkerOutcome.SKIPPED, "filtered"), score.NOT_RUN),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_classify_cosmic_ray_outcomes(result, expected):
-    assert mu.classify(result) == expected
+    assert score.classify(result) == expected
 
 
 def test_a_real_cosmic_ray_timeout_is_a_timeout_not_a_kill():
     # Pins the assumption classify rests on: cosmic-ray stores a timeout as killed + "timeout".
     outcome, output = run_tests(f"{sys.executable} -c 'import time; time.sleep(30)'", 0.5)
-    assert (outcome, output) == (cr.TestOutcome.KILLED, mu.TIMEOUT_OUTPUT)
-    assert mu.classify(cr.WorkResult(cr.WorkerOutcome.NORMAL, output, outcome)) == mu.TIMEOUT
+    assert (outcome, output) == (cr.TestOutcome.KILLED, score.TIMEOUT_OUTPUT)
+    assert score.classify(cr.WorkResult(cr.WorkerOutcome.NORMAL, output, outcome)) == score.TIMEOUT
 
 
-def _mutant(outcome=mu.KILLED, operator="core/ReplaceTrueWithFalse", before="x = True", after="x = False", line=3):
-    return mu.Mutant("job", operator, line, before, after, outcome=outcome, diff="-x = True\n+x = False", output="FAILED t.py::test_x - boom")
+def _mutant(outcome=score.KILLED, operator="core/ReplaceTrueWithFalse", before="x = True", after="x = False", line=3):
+    return score.Mutant("job", operator, line, before, after, outcome=outcome, diff="-x = True\n+x = False", output="FAILED t.py::test_x - boom")
 
 
 def _entry(operator="core/ReplaceTrueWithFalse", before="x = True", after="x = False"):
-    return mu.Equivalent(operator, before, after, "a reason")
+    return eq.Equivalent(operator, before, after, "a reason")
 
 
 @pytest.mark.parametrize(
     ("outcome", "checked", "expected"),
     [
-        (mu.NOT_RUN, False, mu.EQUIVALENT),  # skipped, as listed
-        (mu.SURVIVED, True, mu.EQUIVALENT),  # run and confirmed
-        (mu.KILLED, True, f"{mu.CONTRADICTED} killed"),
-        (mu.TIMEOUT, True, f"{mu.CONTRADICTED} timeout"),
-        (mu.NOT_RUN, True, f"{mu.CONTRADICTED} not run"),  # asked to check, never ran: unconfirmed
+        (score.NOT_RUN, False, score.EQUIVALENT),  # skipped, as listed
+        (score.SURVIVED, True, score.EQUIVALENT),  # run and confirmed
+        (score.KILLED, True, f"{score.CONTRADICTED} killed"),
+        (score.TIMEOUT, True, f"{score.CONTRADICTED} timeout"),
+        (score.NOT_RUN, True, f"{score.CONTRADICTED} not run"),  # asked to check, never ran: unconfirmed
     ],
 )
 def test_settle_listed_equivalents(outcome, checked, expected):
     mutant = _mutant()
     mutant.equivalent = _entry()
-    assert mu.settle(mutant, outcome, checked) == expected
-    assert mu.settle(_mutant(), outcome, checked) == outcome  # not listed: as classified
+    assert score.settle(mutant, outcome, checked) == expected
+    assert score.settle(_mutant(), outcome, checked) == outcome  # not listed: as classified
 
 
 def test_summary_all_killed_exits_0():
-    code, lines = mu.summarize([_mutant(), _mutant(line=4)], stale=[])
+    code, lines = report.summarize([_mutant(), _mutant(line=4)], stale=[])
     assert code == 0 and lines[0] == "killed 2 of 2" and lines[1] == "equivalent 0 (reviewed)"
     assert any("by FAILED t.py::test_x" in line for line in lines)
 
 
 def test_summary_lists_a_survivor_with_its_diff():
-    code, lines = mu.summarize([_mutant(), _mutant(mu.SURVIVED)], stale=[])
+    code, lines = report.summarize([_mutant(), _mutant(score.SURVIVED)], stale=[])
     text = "\n".join(lines)
     assert code == 1 and lines[0] == "killed 1 of 2"
     assert "SURVIVED line 3 core/ReplaceTrueWithFalse: 'x = True' -> 'x = False'\n-x = True\n+x = False" in text
 
 
-@pytest.mark.parametrize("outcome", [mu.TIMEOUT, mu.INCOMPETENT, mu.NOT_RUN])
+@pytest.mark.parametrize("outcome", [score.TIMEOUT, score.INCOMPETENT, score.NOT_RUN])
 def test_summary_never_counts_an_unjudged_mutant_as_killed(outcome):
-    code, lines = mu.summarize([_mutant(), _mutant(outcome)], stale=[])
+    code, lines = report.summarize([_mutant(), _mutant(outcome)], stale=[])
     assert code == 1 and lines[0] == "killed 1 of 2"
     assert any(line.startswith(outcome.upper()) for line in lines)
 
 
 def test_summary_with_nothing_left_to_test_is_not_a_pass():
-    listed = _mutant(mu.EQUIVALENT)
+    listed = _mutant(score.EQUIVALENT)
     listed.equivalent = _entry()
-    code, lines = mu.summarize([listed], stale=[])
+    code, lines = report.summarize([listed], stale=[])
     assert code == 1 and "killed 0 of 0" in lines and "equivalent 1 (reviewed)" in lines
 
 
 def test_summary_fails_on_a_stale_or_contradicted_entry():
-    code, lines = mu.summarize([_mutant()], stale=[_entry(before="y = True")])
+    code, lines = report.summarize([_mutant()], stale=[_entry(before="y = True")])
     assert code == 1 and any(line.startswith("STALE equivalent entry") and "'y = True'" in line for line in lines)
-    killed = _mutant(f"{mu.CONTRADICTED} killed")
+    killed = _mutant(f"{score.CONTRADICTED} killed")
     killed.equivalent = _entry()
-    code, lines = mu.summarize([_mutant(), killed], stale=[])
+    code, lines = report.summarize([_mutant(), killed], stale=[])
     assert code == 1 and "equivalent 0 (reviewed)" in lines and lines[0] == "killed 1 of 1"
 
 
@@ -112,7 +115,7 @@ def test_summary_fails_on_a_stale_or_contradicted_entry():
 
 def test_changed_lines_are_stripped_and_ignore_context():
     original = "class A:\n    x = True\n    y = 1\n"
-    assert mu.changed_lines(original, original.replace("x = True", "x = False")) == ("x = True", "x = False")
+    assert eq.changed_lines(original, original.replace("x = True", "x = False")) == ("x = True", "x = False")
 
 
 def test_an_entry_matches_by_operator_and_lines_not_by_line_number():
@@ -120,7 +123,7 @@ def test_an_entry_matches_by_operator_and_lines_not_by_line_number():
     other_operator = _mutant(operator="core/AddNot")
     other_line = _mutant(before="z = True", after="z = False")
     entries = [_entry(), _entry(before="never = True")]
-    stale = mu.match_equivalents([moved, other_operator, other_line], entries)
+    stale = eq.match_equivalents([moved, other_operator, other_line], entries)
     assert moved.equivalent == entries[0]
     assert other_operator.equivalent is None and other_line.equivalent is None
     assert stale == [entries[1]]
@@ -129,8 +132,8 @@ def test_an_entry_matches_by_operator_and_lines_not_by_line_number():
 def test_an_entry_without_after_covers_an_operator_glob_on_that_line():
     mutants = [_mutant(operator=f"core/ReplaceBinaryOperator_BitOr_{op}", before="n: int | None", after=f"n: int {sym} None")
                for op, sym in (("Add", "+"), ("Sub", "-"))]
-    entry = mu.Equivalent("core/ReplaceBinaryOperator_BitOr_*", "n: int | None", None, "annotation")
-    assert mu.match_equivalents(mutants, [entry]) == []
+    entry = eq.Equivalent("core/ReplaceBinaryOperator_BitOr_*", "n: int | None", None, "annotation")
+    assert eq.match_equivalents(mutants, [entry]) == []
     assert all(m.equivalent == entry for m in mutants)
 
 
@@ -151,7 +154,7 @@ def test_load_equivalents_normalizes_lines(tmp_path):
               reason
             cpu_only: true
         """)
-    assert mu.load_equivalents(path) == [mu.Equivalent("core/ReplaceTrueWithFalse", "x = True", "x = False", "folded reason", True)]
+    assert eq.load_equivalents(path) == [eq.Equivalent("core/ReplaceTrueWithFalse", "x = True", "x = False", "folded reason", True)]
 
 
 @pytest.mark.parametrize(
@@ -168,34 +171,34 @@ def test_load_equivalents_normalizes_lines(tmp_path):
 )
 def test_a_corrupt_equivalents_file_names_the_culprit(tmp_path, text, culprit):
     path = _write(tmp_path / "eq.yaml", text)
-    with pytest.raises(mu.BadInput, match=culprit) as info:
-        mu.load_equivalents(path)
+    with pytest.raises(score.BadInput, match=culprit) as info:
+        eq.load_equivalents(path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_cpu_only_entries_drop_when_the_suite_tests_cuda(monkeypatch):
-    entries = [_entry(), mu.Equivalent("o", "b", None, "r", cpu_only=True)]
-    monkeypatch.setattr(mu, "suite_tests_cuda", lambda extra: True)
-    assert mu.applicable(entries, []) == entries[:1]
-    monkeypatch.setattr(mu, "suite_tests_cuda", lambda extra: False)
-    assert mu.applicable(entries, []) == entries
-    assert mu.suite_tests_cuda(["--device", "cpu"]) is False and mu.suite_tests_cuda(["--device=cpu"]) is False
+    entries = [_entry(), eq.Equivalent("o", "b", None, "r", cpu_only=True)]
+    monkeypatch.setattr(eq, "suite_tests_cuda", lambda extra: True)
+    assert eq.applicable(entries, []) == entries[:1]
+    monkeypatch.setattr(eq, "suite_tests_cuda", lambda extra: False)
+    assert eq.applicable(entries, []) == entries
+    assert eq.suite_tests_cuda(["--device", "cpu"]) is False and eq.suite_tests_cuda(["--device=cpu"]) is False
 
 
 def mutants_of_a_copy_of_the_reference(tmp_path, name: str) -> list:
     """The mutants cosmic-ray makes of a byte-identical copy of reference.py saved as ``name``."""
     copy = tmp_path / name
-    shutil.copyfile(mu.REFERENCE_FILE, copy)
-    config = mu.write_config(tmp_path, copy, ["true"], 60)
-    mu.init_session(config, tmp_path / "s.sqlite", tmp_path, tmp_path / "log")
-    return mu.list_mutants(tmp_path / "s.sqlite", copy)
+    shutil.copyfile(eq.REFERENCE_FILE, copy)
+    config = runs.write_config(tmp_path, copy, ["true"], 60)
+    runs.init_session(config, tmp_path / "s.sqlite", tmp_path, tmp_path / "log")
+    return runs.list_mutants(tmp_path / "s.sqlite", copy)
 
 
 def test_the_committed_list_matches_the_reference_mutants_exactly(tmp_path):
     """No stale entry, and exactly the reviewed mutants: 44 annotations, dtype is, 4 non_blocking."""
     mutants = mutants_of_a_copy_of_the_reference(tmp_path, "reference.py")
-    equivalents = mu.default_equivalents(mu.REFERENCE_FILE)
-    assert mu.match_equivalents(mutants, equivalents) == []
+    equivalents = eq.default_equivalents(eq.REFERENCE_FILE)
+    assert eq.match_equivalents(mutants, equivalents) == []
     listed = [m for m in mutants if m.equivalent is not None]
     assert len(listed) == 49 and sum(m.operator.startswith("core/ReplaceBinaryOperator_BitOr_") for m in listed) == 44
     judged = {(m.operator, m.before) for m in mutants if m.equivalent is None}
@@ -238,7 +241,7 @@ def tiny(tmp_path):
 
 
 def _main(tiny: Path, *args: str, target: str = "tiny.py") -> int:
-    return mu.main(["--impl", f"{tiny / target}:Tiny", "--suite", str(tiny / "suite"), *args])
+    return cli.main(["--impl", f"{tiny / target}:Tiny", "--suite", str(tiny / "suite"), *args])
 
 
 def _one_error_line(capsys) -> str:
@@ -256,7 +259,7 @@ def _one_error_line(capsys) -> str:
     ],
 )
 def test_bad_impl_is_exit_2_naming_it(capsys, impl, culprit):
-    assert mu.main(["--impl", impl]) == 2
+    assert cli.main(["--impl", impl]) == 2
     assert culprit in _one_error_line(capsys)
 
 
@@ -313,22 +316,22 @@ def test_a_byte_identical_copy_of_the_reference_gets_the_reviewed_list(tmp_path)
     """The review is of reference.py's content: a copy elsewhere reported its 49 equivalents as survivors."""
     copy = tmp_path / "elsewhere" / "buffers.py"
     copy.parent.mkdir()
-    shutil.copyfile(mu.REFERENCE_FILE, copy)
-    reviewed = mu.default_equivalents(mu.REFERENCE_FILE)
-    assert reviewed and mu.default_equivalents(copy) == reviewed
+    shutil.copyfile(eq.REFERENCE_FILE, copy)
+    reviewed = eq.default_equivalents(eq.REFERENCE_FILE)
+    assert reviewed and eq.default_equivalents(copy) == reviewed
     edited = tmp_path / "edited.py"
-    edited.write_bytes(mu.REFERENCE_FILE.read_bytes() + b"# one more line\n")
-    assert mu.default_equivalents(edited) == [], "an edited copy was not reviewed"
+    edited.write_bytes(eq.REFERENCE_FILE.read_bytes() + b"# one more line\n")
+    assert eq.default_equivalents(edited) == [], "an edited copy was not reviewed"
 
 
 def test_the_reviewed_list_covers_the_mutants_of_a_copy_of_the_reference(tmp_path):
     mutants = mutants_of_a_copy_of_the_reference(tmp_path, "buffers.py")
-    assert mu.match_equivalents(mutants, mu.default_equivalents(tmp_path / "buffers.py")) == []
+    assert eq.match_equivalents(mutants, eq.default_equivalents(tmp_path / "buffers.py")) == []
     assert sum(m.equivalent is not None for m in mutants) == 49
 
 
 def test_a_directory_as_impl_is_named_a_directory(tmp_path, capsys):
-    assert mu.main(["--impl", f"{tmp_path}/:Tiny"]) == 2
+    assert cli.main(["--impl", f"{tmp_path}/:Tiny"]) == 2
     assert _one_error_line(capsys) == f"mutation: --impl '{tmp_path}/:Tiny': '{tmp_path}/' is a directory, not a Python file (name the file in it)"
 
 
@@ -364,6 +367,6 @@ def test_neighbours_are_linked_never_over_what_the_work_directory_holds(tmp_path
     for name in ("target.py", "helper.py", "data.csv", ".hidden.py", "kept.py"):
         (src / name).write_text("")
     (work / "kept.py").write_text("ours\n")
-    made = mu.link_neighbours(src / "target.py", work)
+    made = runs.link_neighbours(src / "target.py", work)
     assert sorted(p.name for p in made) == ["helper.py", "pkg"]
     assert (work / "kept.py").read_text() == "ours\n" and not (work / "target.py").exists()

@@ -142,7 +142,7 @@ def test_every_cell_runs_and_the_run_fails_after_a_summary(tmp_path: Path) -> No
     proc = nox("-s", "conformance", "--envdir", str(tmp_path / "envs"), matrix=matrix, results_dir=out)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for release in ("98.0.0", "99.0.0"):
-        result = results.load(out / f"torch-{release}-cpu.json")
+        result = results.CellResult.load(out / f"torch-{release}-cpu.json")
         assert result["status"] == "not_installed"
         assert f"torch=={release}" in result["detail"]
         assert f"conformance(torch='{release}', device='cpu'): failed" in proc.stderr
@@ -168,7 +168,7 @@ def test_a_cell_that_could_not_write_its_answer_is_no_result_in_the_summary_neve
     [row] = [line for line in proc.stdout.splitlines() if line.startswith("torch-99.0.0-cpu ")]
     assert "NO RESULT" in row and "passed" not in row, proc.stdout
     assert "its cell wrote no answer in this run" in proc.stdout
-    assert results.load(out / "torch-99.0.0-cpu.json").answer().clean, "the earlier file is left as it was"
+    assert results.CellResult.load(out / "torch-99.0.0-cpu.json").answer().clean, "the earlier file is left as it was"
 
 
 def test_matrix_session_runs_the_cells_side_by_side_through_the_command(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_matrix_session_runs_the_cells_side_by_side_through_the_command(tmp_path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "matrix: 2 cell(s), 2 at a time" in proc.stdout
     for release in ("98.0.0", "99.0.0"):
-        assert results.load(out / f"torch-{release}-cpu.json")["status"] == "not_installed"
+        assert results.CellResult.load(out / f"torch-{release}-cpu.json")["status"] == "not_installed"
         assert (tmp_path / "envs" / f"torch-{release}-cpu").is_dir()
     assert "2 cells, 0 clean, 2 not" in proc.stdout
     assert "Session matrix failed" in proc.stderr
@@ -203,7 +203,7 @@ def test_a_cell_installs_its_torch_and_passes_arguments_to_pytest(tmp_path: Path
     proc = nox("-t", f"torch-{release}", "--envdir", str(tmp_path / "envs"), "--", "--promise", "1",
                matrix=matrix, results_dir=out, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = results.load(out / f"torch-{release}-cpu.json")
+    result = results.CellResult.load(out / f"torch-{release}-cpu.json")
     assert result.status == "completed" and result.answer().clean
     assert result["environment"]["torch"].split("+")[0] == release
     assert result.outcome("1", "cpu").kind == "passed"
@@ -248,7 +248,7 @@ def test_installed_session_tests_the_torch_already_there_and_installs_nothing(tm
                           env=dict(os.environ, NOX_SCRIPT_MODE="none", CONFORMANCE_RESULTS=str(out), **env))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [path] = out.glob("installed-torch-*-cpu.json")
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "completed" and result.answer().clean
     assert result["requested"]["torch"] == result["environment"]["torch"].split("+")[0]
     assert result.outcome("1", "cpu").kind == "passed"
@@ -288,7 +288,7 @@ def test_sigterm_to_nox_stops_the_suite_and_records_the_cell_as_interrupted(tmp_
         for pid in pids:
             wait_for(lambda pid=pid: is_gone(pid), f"process {pid} of the test group to end", timeout=15)
         out_dir = tmp_path / "results"
-        result = results.load(out_dir / "installed-torch-2.15.0-cpu.json")
+        result = results.CellResult.load(out_dir / "installed-torch-2.15.0-cpu.json")
         assert result.status == "interrupted"
         assert result["detail"].startswith("interrupted by SIGTERM") and "still testing" in result["detail"]
         assert not [p.name for p in out_dir.glob(".*")], "no staging file, lock or temporary file is left"

@@ -261,7 +261,7 @@ def test_a_latest_cell_runs_on_the_release_it_resolved_to_and_reports_it(no_netw
     spec = _spec_of(m, LATEST, tmp_path)
     python = installing.create_env(tmp_path / "env", PYTHON)
     result = cells.install_and_run(spec, python, env_dir=tmp_path / "env")
-    assert result == results.load(tmp_path / "results" / "torch-latest-cpu.json")
+    assert result == results.CellResult.load(tmp_path / "results" / "torch-latest-cpu.json")
     assert (result.requested["torch"], result.requested["torch_asked"]) == ("2.15.0", "latest")
     assert result.requested["requirements"] == ["torch==2.15.0", "numpy"]
     assert result.environment["torch"] == "2.15.0" and result.release == "2.15.0"

@@ -17,6 +17,7 @@ import result_factory as rf
 from cpugpu_conformance import results
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
+from cpugpu_conformance.report import marks
 from cpugpu_conformance.report import render as report
 from cpugpu_conformance.report import view as compat
 
@@ -175,11 +176,11 @@ def test_the_marks_are_the_outcome_kinds_and_the_schema_knows_them_all():
     mark_kinds = results.schema("compat")["$defs"]["mark_kind"]["enum"]
     answer_kinds = results.schema("compat")["$defs"]["answer_kind"]["enum"]
     statuses = [s for s in results.CELL_STATUSES if s != "completed"]
-    assert set(mark_kinds) == set(compat.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
+    assert set(mark_kinds) == set(marks.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
                                                    "not_requested", *statuses}
-    assert set(answer_kinds) == set(compat.ANSWERS) == {"passed", "failed", "untested", *statuses}
-    labels = [style.label for style in compat.MARKS.values()]
-    assert len(set(labels)) == len(labels) and not any("pass" in compat.MARKS[k].word for k in statuses)
+    assert set(answer_kinds) == set(marks.ANSWERS) == {"passed", "failed", "untested", *statuses}
+    labels = [style.label for style in marks.MARKS.values()]
+    assert len(set(labels)) == len(labels) and not any("pass" in marks.MARKS[k].word for k in statuses)
 
 
 def test_compat_json_schema_rejects_a_pass_mark_it_does_not_know(report_dir: Path):
@@ -377,7 +378,7 @@ def test_markdown_table_has_every_column_and_escapes_cell_text(report_dir: Path)
 
 def test_markdown_lists_legend_environments_and_reproducers(report_dir: Path):
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
-    for style in [*compat.MARKS.values(), compat.ANSWERS["passed"], compat.ANSWERS["untested"]]:
+    for style in [*marks.MARKS.values(), marks.ANSWERS["passed"], marks.ANSWERS["untested"]]:
         assert f"| {style.label} |" in md
     assert "### torch-2.14.1" in md and "- gpu_name: NVIDIA H200" in md
     assert "```python\n" + REPRODUCER + "```" in md

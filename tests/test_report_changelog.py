@@ -15,6 +15,7 @@ from test_report import cuda_missing, markdown_table, parse
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, applies
+from cpugpu_conformance.report import marks
 from cpugpu_conformance.report import view as compat
 
 OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
@@ -219,7 +220,7 @@ def test_a_repeated_note_names_where_it_was_first_shown(files):
 
 def test_every_mark_is_a_symbol_and_its_word_in_compat_json(files):
     data = json.loads(files["compat.json"])
-    for legend, styles in (("marks", compat.MARKS), ("answers", compat.ANSWERS)):
+    for legend, styles in (("marks", marks.MARKS), ("answers", marks.ANSWERS)):
         assert set(data[legend]) == set(styles)
         for kind, style in data[legend].items():
             assert style["label"] == f"{style['symbol']} {style['word']}" == styles[kind].label
@@ -237,10 +238,10 @@ def test_no_coloured_cell_relies_on_its_colour(files):
                 classes = attrs.get("class", "").split()
                 for cls in classes:
                     if cls.startswith("m-"):
-                        assert compat.MARKS[cls[2:]].label in text, (cls, text)
+                        assert marks.MARKS[cls[2:]].label in text, (cls, text)
                         checked += 1
                     elif cls.startswith("a-"):
-                        assert compat.ANSWERS[cls[2:]].label in text, (cls, text)
+                        assert marks.ANSWERS[cls[2:]].label in text, (cls, text)
                         checked += 1
                 if "changed" in classes:
                     assert "changed:" in text
@@ -249,7 +250,7 @@ def test_no_coloured_cell_relies_on_its_colour(files):
 
 def test_markdown_marks_carry_their_words(files):
     header, _rule, answers, *rows = markdown_table(files["COMPAT.md"])
-    labels = [s.label for s in [*compat.MARKS.values(), *compat.ANSWERS.values()]]
+    labels = [s.label for s in [*marks.MARKS.values(), *marks.ANSWERS.values()]]
     for row in [answers, *rows]:
         for cell in row[1:]:
             assert any(cell.startswith(label) for label in labels), cell

@@ -67,7 +67,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
 def old_pass(path: Path) -> Path:
     """An earlier run's clean result, where this run is told to write."""
     results.write_atomic(path, rf.completed("2.13.0"))
-    assert results.load(path).answer().clean
+    assert results.CellResult.load(path).answer().clean
     return path
 
 
@@ -81,7 +81,7 @@ def test_an_option_value_naming_the_callers_folder_loads_no_conftest(tmp_path):
     proc = run_in(cwd, "--impl", PRE_FIX, "--promise", "3", "--device", "cpu", "--cell-name", ".", "--cell-result", "cell.json")
     assert not (cwd / "LOADED").exists(), "the caller's conftest.py was loaded"
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
-    cell = results.load(cwd / "cell.json")
+    cell = results.CellResult.load(cwd / "cell.json")
     assert cell.name == "." and cell.outcome("3", "cpu").kind == "failed" and cell.answer().kind == "failed"
 
 
@@ -129,7 +129,7 @@ def test_a_refused_option_replaces_an_earlier_pass_with_an_error(tmp_path, args,
     proc = run_in(tmp_path, "--impl", PRE_FIX, "--cell-result", str(path), *args)
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
     assert culprit in one_line(proc)
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "error" and culprit in cell.detail and cell["pytest_exitstatus"] == 4, cell.detail
     assert not cell.answer().clean
 
@@ -140,7 +140,7 @@ def test_a_command_line_pytest_refuses_replaces_an_earlier_pass_too(tmp_path):
     proc = run_in(tmp_path, "--impl", PRE_FIX, "--cell-result", str(path), "--no-such-option")
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
     assert "--no-such-option" in proc.stderr
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "error" and "pytest exit status 4" in cell.detail, cell.detail
 
 
@@ -212,7 +212,7 @@ def test_a_class_that_ends_the_process_with_0_is_interrupted_never_a_pass(tmp_pa
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
     line = one_line(proc)
     assert "exited with status 0 before pytest finished" in line and "interrupted" in line, line
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "interrupted" and "exited with status 0" in cell.detail, cell.detail
 
 
@@ -232,7 +232,7 @@ def test_sys_exit_while_the_class_is_imported_is_a_bad_impl(tmp_path, how):
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
     assert f"--impl '{spec}': importing it called sys.exit(0)" in one_line(proc)
     if "-n 2" not in how:
-        cell = results.load(path)
+        cell = results.CellResult.load(path)
         assert cell.status == "error" and "sys.exit(0)" in cell.detail, cell.detail
 
 
@@ -251,7 +251,7 @@ def test_a_signal_to_run_reaches_the_suite_and_the_run_is_interrupted(tmp_path, 
     finally:
         run.kill()
     assert returncode == 2, run.output()
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "interrupted" and not cell.answer().clean, cell.detail
     if signum == signal.SIGINT:  # pytest's own interrupted run
         assert "KeyboardInterrupt" in cell.detail, cell.detail

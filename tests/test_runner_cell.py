@@ -22,7 +22,7 @@ from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, w
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
-from cpugpu_conformance.runner import cell, processes
+from cpugpu_conformance.runner import answer, cell, processes
 from cpugpu_conformance.runner import install as installer
 from cpugpu_conformance.runner.cell import CellSpec
 from cpugpu_conformance.runner.matrix import Release
@@ -42,7 +42,7 @@ def test_finished_run_keeps_the_suites_result_and_the_command_it_was_given(tmp_p
     assert result["requested"]["torch"] == "2.15.0" and result["requested"]["device"] == "cpu"
     assert result["requested"]["promises"] == ["1"]
     log = s.log_path.read_text()
-    assert f" -c {cell.SUITE_LAUNCHER} conformance --cell-result " in log, "the fast-exit launcher runs pytest"
+    assert f" -c {answer.SUITE_LAUNCHER} conformance --cell-result " in log, "the fast-exit launcher runs pytest"
     assert "suite args: conformance --cell-result" in log
     assert "--cell-name torch-2.15.0-cpu --hypothesis-profile ci -p no:cacheprovider --device cpu --impl pkg.mod:Cls" in log
     assert leftovers(s) == [], "the staging file and the lock are gone"
@@ -55,13 +55,17 @@ def test_failed_promise_is_a_completed_cell_that_is_not_clean(tmp_path: Path) ->
     assert result.describe() == "FAILED (0 passed, 1 failed, 0 untested, 0 recorded)"
 
 
-def test_a_completed_run_that_checked_nothing_is_untested_not_passed(tmp_path: Path) -> None:
-    """The suite said 'passed' but counted no check: the model's rule, not the writer's word, decides."""
-    behaviour = writes_result("passed").replace('"passed": int(verdict == "passed")', '"passed": 0', 1)
-    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
+def assert_completed_but_untested(result) -> None:
+    """A finished run whose answer is UNTESTED: a completed file, never a pass."""
     assert result.status == "completed"
     assert result.answer().kind == "untested" and not result.answer().clean
     assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+
+
+def test_a_completed_run_that_checked_nothing_is_untested_not_passed(tmp_path: Path) -> None:
+    """The suite said 'passed' but counted no check: the model's rule, not the writer's word, decides."""
+    behaviour = writes_result("passed").replace('"passed": int(verdict == "passed")', '"passed": 0', 1)
+    assert_completed_but_untested(cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour)))
 
 
 def test_abort_is_recorded_as_crashed_with_the_log_tail(tmp_path: Path) -> None:
@@ -178,7 +182,7 @@ def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_pat
         if child is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
-    assert results.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
+    assert results.CellResult.load(tmp_path / "results" / f"torch-{release}-cpu.json").status == "interrupted"
 
 
 @pytest.mark.parametrize(
@@ -201,10 +205,7 @@ def test_a_run_that_did_not_finish_its_job_is_an_error(tmp_path: Path, behaviour
 def test_a_suite_that_left_promises_untested_is_a_finished_run_whose_answer_is_untested(tmp_path: Path, code: int) -> None:
     """Exit 5 (a cuda cell on a machine without a GPU) and 6 come with a completed result file: it holds the answer."""
     behaviour = writes_result("skipped").replace('sys.exit(0 if verdict == "passed" else 1)', f"sys.exit({code})")
-    result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour))
-    assert result.status == "completed"
-    assert result.answer().kind == "untested" and not result.answer().clean
-    assert result.describe().startswith("UNTESTED (0 passed, 0 failed, 1 untested")
+    assert_completed_but_untested(cell.run_cell(spec(tmp_path), fake_python(tmp_path, behaviour)))
 
 
 def test_a_suite_that_printed_nothing_is_explained_by_the_log_never_called_empty(tmp_path: Path) -> None:
@@ -314,7 +315,7 @@ def test_fallback_records_a_missing_result_as_error_with_the_nox_tail(tmp_path: 
     path = tmp_path / "results" / "torch-2.15.0-cpu.json"
     line = cell.record_unfinished(path, "torch-2.15.0-cpu", "conformance(torch='2.15.0', device='cpu')", log)
     assert line == f"{path}: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "error" and result.name == "torch-2.15.0-cpu"
     assert result["detail"].startswith("nox -s conformance(torch='2.15.0', device='cpu') ended without a result file\n")
     assert result["detail"].endswith("Python interpreter 3.11 not found")
@@ -326,7 +327,7 @@ def test_fallback_adds_the_nox_tail_to_a_placeholder_and_keeps_it_interrupted(tm
     log = tmp_path / "nox.log"
     log.write_text("nox > Running session conformance\nError: The operation was canceled.\n")
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", log) == f"{path}: recorded as interrupted"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "interrupted" and result.requested["torch"] == "2.15.0"
     assert "did not finish" in result["detail"] and result["detail"].endswith("The operation was canceled.")
 
@@ -336,7 +337,7 @@ def test_fallback_replaces_an_unreadable_result_with_error(tmp_path: Path, conte
     path = tmp_path / "torch-2.15.0-cpu.json"
     path.write_bytes(content)
     assert cell.record_unfinished(path, "torch-2.15.0-cpu", "s", tmp_path / "no-log") == f"{path}: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result.status == "error"
     assert result["detail"].startswith(f"nox -s s left a result file that cannot be read ({path}: ")
     assert result["detail"].endswith("nox -s s left no output")

@@ -17,16 +17,26 @@ import threading
 from pathlib import Path
 
 import pytest
-from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, wait_for, writes_result
+from cell_helpers import (
+    ROOT,
+    fake_python,
+    is_gone,
+    leftovers,
+    on_disk,
+    read_one_line_and_hang_up,
+    spec,
+    wait_for,
+    writes_result,
+)
 from child_signals import default_sigint
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
-from cpugpu_conformance.runner import cell, processes
+from cpugpu_conformance.runner import answer, cell, processes
 from cpugpu_conformance.runner import install as installer
 
 # --------------------------------------------------------------------------- the test process ends right after pytest
-# cell.SUITE_LAUNCHER: pytest.main, flush, os._exit with pytest's code (no interpreter teardown).
+# answer.SUITE_LAUNCHER: pytest.main, flush, os._exit with pytest's code (no interpreter teardown).
 
 PASSING = "def test_ok():\n    assert True\n"
 FAILING = "def test_not_ok():\n    assert False, 'broken'\n"
@@ -50,7 +60,7 @@ def suite_process(tmp_path: Path, tests: str, *args: str, launcher: list[str] | 
     """The cell's test process (or ``launcher``, e.g. ``-m pytest``) on a folder of tests."""
     (tmp_path / "test_it.py").write_text(tests)
     (tmp_path / "conftest.py").write_text(RECORDING_CONFTEST.format(src=str(ROOT / "src"), folder=str(tmp_path)))
-    return subprocess.run([python, *(launcher or ["-c", cell.SUITE_LAUNCHER]), str(tmp_path), "-p", "no:cacheprovider",
+    return subprocess.run([python, *(launcher or ["-c", answer.SUITE_LAUNCHER]), str(tmp_path), "-p", "no:cacheprovider",
                            *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -119,7 +129,7 @@ def test_ctrl_c_in_the_suite_process_is_pytests_interrupted_exit(tmp_path: Path)
     started = tmp_path / "started"
     (tmp_path / "test_it.py").write_text(
         f"import time\ndef test_waits():\n    open({str(started)!r}, 'w').close()\n    time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", cell.SUITE_LAUNCHER, str(tmp_path), "-p", "no:cacheprovider"],
+    proc = subprocess.Popen([sys.executable, "-c", answer.SUITE_LAUNCHER, str(tmp_path), "-p", "no:cacheprovider"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=default_sigint)  # a background job's SIGINT is ignored, and inherited
     try:
@@ -282,16 +292,8 @@ def test_a_closed_output_changes_nothing_in_the_cells_answer(tmp_path: Path) -> 
     script = tmp_path / "runner.py"
     script.write_text(textwrap.dedent(RUNNER.format(results=str(s.results_dir), root=str(ROOT),
                                                     python=str(chatty_passing_suite(tmp_path / "chatty")))))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline()
-        proc.stdout.close()  # what `| head -1` does after its line
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    code, err = read_one_line_and_hang_up([sys.executable, str(script)], timeout=120)
+    assert code == 0 and "Traceback" not in err, err
     result = on_disk(s)
     assert result.status == "completed" and result.answer().clean, result.describe()
     assert "a chatty suite, line 19999" in s.log_path.read_text(), "the log still has every line"

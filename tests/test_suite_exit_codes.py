@@ -38,7 +38,7 @@ def suite(tmp_path, *args: str, via: str = "pytest", result: bool = True) -> tup
         del cmd[at:at + 2]
     proc = subprocess.run(cmd, cwd=tmp_path if via == "run" else REPO, env=suite_env(), capture_output=True,
                           text=True, timeout=600)
-    return proc, results.load(path) if result else None
+    return proc, results.CellResult.load(path) if result else None
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def test_sigint_writes_interrupted_never_completed(tmp_path):
     finally:
         run.kill()
     assert returncode == 2, run.output()
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "interrupted", cell.detail
     assert "KeyboardInterrupt" in cell.detail and cell["pytest_exitstatus"] == 2
     assert not cell.answer().clean
@@ -38,7 +38,7 @@ def test_sigint_writes_interrupted_never_completed(tmp_path):
 
 def test_sigkill_leaves_the_in_progress_placeholder(tmp_path):
     path = tmp_path / "cell.json"
-    results.new_result("torch-old", "completed").write(path)  # an older run's file
+    results.CellResult.new("torch-old", "completed").write(path)  # an older run's file
     run = start_sleeping_suite(tmp_path, path)
     try:
         run.wait_until_testing()
@@ -46,7 +46,7 @@ def test_sigkill_leaves_the_in_progress_placeholder(tmp_path):
         run.finish()
     finally:
         run.kill()
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "interrupted" and "did not finish" in cell.detail, cell.detail
     assert cell.requested == {"device": "cpu", "promises": ["3"]}
     assert not cell.answer().clean
@@ -68,7 +68,7 @@ def test_second_run_on_the_same_path_refuses_and_leaves_the_file_alone(tmp_path)
     lines = [line for line in second.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and str(path) in lines[0] and "another run" in lines[0], second.stderr
     assert after == before, "the refused run touched the first run's result file"
-    assert results.load(path).status == "interrupted"  # still the first run's placeholder
+    assert results.CellResult.load(path).status == "interrupted"  # still the first run's placeholder
 
 
 def test_crashed_xdist_worker_makes_the_cell_crashed(tmp_path):
@@ -91,12 +91,12 @@ def test_crashed_xdist_worker_makes_the_cell_crashed(tmp_path):
 )
 def test_usage_error_replaces_the_result_with_an_error(tmp_path, args, culprit):
     path = tmp_path / "cell.json"
-    results.new_result("torch-old", "completed").write(path)  # an older run's file
+    results.CellResult.new("torch-old", "completed").write(path)  # an older run's file
     proc = subprocess.run(suite_command(path, *args), cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and culprit in lines[0], proc.stderr
-    cell = results.load(path)
+    cell = results.CellResult.load(path)
     assert cell.status == "error" and culprit in cell.detail, cell.detail
 
 

@@ -129,7 +129,7 @@ def test_unknown_device_is_refused(tmp_path):
     proc = pytest_suite("--device", "tpu", "--cell-result", str(tmp_path / "cell.json"))
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert _one_line(proc) == "ERROR: --device 'tpu': unknown device; expected cpu, cuda or all"
-    refused = results.load(tmp_path / "cell.json")  # the refusal replaces an older result
+    refused = results.CellResult.load(tmp_path / "cell.json")  # the refusal replaces an older result
     assert refused["status"] == "error" and "--device 'tpu'" in refused["detail"]
 
 
@@ -202,7 +202,7 @@ def test_cell_result_file(tmp_path):
     # --device all asks for CUDA too: on a machine without it, its pairs went untested (exit 6).
     expected = 0 if torch.cuda.is_available() else 6
     assert run.returncode == expected, run.stdout
-    loaded = results.load(tmp_path / "cell.json")  # validates the schema
+    loaded = results.CellResult.load(tmp_path / "cell.json")  # validates the schema
     assert loaded["cell"] == "my-cell" and loaded["status"] == "completed"
     assert loaded["impl"] == "cpugpu_conformance.reference:CpuGpuBuffer"
     assert loaded["hypothesis_profile"] == "default"

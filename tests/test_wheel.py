@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import zipfile
+from pathlib import Path
 
 import pytest
 from suite_runner import (
@@ -39,6 +40,17 @@ def test_the_wheel_holds_the_suite_inside_the_package(wheel):
     metadata = zipfile.ZipFile(wheel).read("cpugpu_conformance-0.1.0.dist-info/METADATA").decode()
     plain = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert sorted(line.split()[1].split(">")[0] for line in plain) == ["hypothesis", "pytest"], plain
+
+
+def test_the_wheel_holds_every_data_file_the_package_reads(wheel):
+    """The JSON schemas, the report's templates and the mutation equivalents: each file beside the
+    modules in src/ is in the wheel, at the same place in the package."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = Path(results.__file__).resolve().parents[1]
+    data = [p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    wanted = sorted(f"cpugpu_conformance/{p.relative_to(package).as_posix()}" for p in data)
+    assert {"cpugpu_conformance/schemas/matrix.schema.json", "cpugpu_conformance/mutation/equivalents.yaml"} <= set(wanted)
+    assert [n for n in wanted if n not in names] == []
 
 
 def test_run_passes_the_reference_with_no_checkout(installed, tmp_path):

@@ -388,7 +388,7 @@ def fallback(tmp_path: Path, nox_output: str | None = None) -> tuple[subprocess.
 def test_a_cell_that_left_no_result_is_recorded_as_error_with_the_nox_tail(tmp_path):
     run, path = fallback(tmp_path, "nox > Running session conformance\nnox > Python interpreter 3.11 not found\n")
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result["status"] == "error" and result["cell"] == "torch-2.15.0-cpu"
     assert "ended without a result file" in result["detail"]
     assert result["detail"].endswith("Python interpreter 3.11 not found")
@@ -400,7 +400,7 @@ def test_a_cell_killed_before_its_answer_stays_interrupted_with_the_nox_tail(tmp
         tmp_path / "results" / "torch-2.15.0-cpu.json")
     run, path = fallback(tmp_path, "nox > Running session conformance(torch='2.15.0', device='cpu')\nkilled\n")
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as interrupted"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result["status"] == "interrupted" and not result.answer().clean
     assert "did not finish" in result["detail"] and result["detail"].endswith("killed")
 
@@ -410,7 +410,7 @@ def test_a_cell_with_an_unreadable_result_is_recorded_as_error(tmp_path):
     (tmp_path / "results" / "torch-2.15.0-cpu.json").write_text('{"status": "completed"')
     run, path = fallback(tmp_path)
     assert run.stdout.strip() == "results/torch-2.15.0-cpu.json: recorded as error"
-    result = results.load(path)
+    result = results.CellResult.load(path)
     assert result["status"] == "error"
     assert "left a result file that cannot be read (results/torch-2.15.0-cpu.json: not JSON" in result["detail"]
 
@@ -456,7 +456,7 @@ def test_cancelling_the_cell_job_reaches_nox_and_the_cell_is_uploaded_as_interru
         for pid in pids:
             wait_for(lambda pid=pid: is_gone(pid), f"process {pid} of the test group to end", timeout=15)
         path = out / "installed-torch-2.15.0-default.json"
-        result = results.load(path)
+        result = results.CellResult.load(path)
         assert result.status == "interrupted" and result["detail"].startswith("interrupted by SIGINT")
         assert "Session installed interrupted" in (tmp_path / "nox.log").read_text()
         assert not [p.name for p in out.glob(".*")]

@@ -134,7 +134,7 @@ class Progress:
     def finished(self, done: parallel.Finished) -> str:
         if self.written_this_run(done):
             try:
-                answer = results.load(self.path(done.name)).describe()
+                answer = results.CellResult.load(self.path(done.name)).describe()
             except results.ResultFileError as exc:
                 answer = f"no usable result ({exc})"
         else:
@@ -179,7 +179,7 @@ def record_interrupted(path: Path, name: str, signum: int) -> bool:
     return True
 
 
-def report(outcome: parallel.Outcome, results_dir: Path, unanswered: dict[str, str] | None = None) -> int:
+def report(outcome: parallel.ParallelOutcome, results_dir: Path, unanswered: dict[str, str] | None = None) -> int:
     """The summary table of the cells that ran (those with no answer from this run as such);
     the exit code of the whole run."""
     unanswered = unanswered or {}

@@ -28,9 +28,12 @@ import jinja2
 import markupsafe
 
 from ..results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
+from . import changes as changelog
 from . import view
+from .changes import ObservationChange, ReleaseStep, VerdictChange
+from .marks import ANSWERS, MARKS, repeated_notes
 from .publish import ReportError, publish
-from .view import ANSWERS, MARKS, Column, ObservationChange, ReportedCell, Step, VerdictChange
+from .view import Column, ReportedCell
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
 COMPAT_SCHEMA_VERSION = 4
@@ -51,11 +54,11 @@ class Collected:
     # The changelog feeds both compat.json and the pages: worked out once.
     @functools.cached_property
     def verdict_changes(self) -> list[VerdictChange]:
-        return view.verdict_changes(self.cells)
+        return changelog.verdict_changes(self.cells)
 
     @functools.cached_property
     def observation_changes(self) -> list[ObservationChange]:
-        return view.observation_changes_by_release(self.cells)
+        return changelog.observation_changes_by_release(self.cells)
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -203,14 +206,14 @@ def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[st
     rows = []
     for i, number in enumerate(numbers, 1):
         outs = {col.index: col.cell.mark(number, col.device) for col in cols}
-        repeats = view.repeated_notes(outs, cols)
+        repeats = repeated_notes(outs, cols)
         marks = [{"mark": outs[col.index], "style": MARKS[outs[col.index].kind], "anchor": f"fail-{col.index}-{i}",
                   "same_as": repeats.get(col.index)} for col in cols]
         rows.append({"number": number, "title": view.promise_title(number, cells), "marks": marks})
     return rows
 
 
-def _by_step(changes: list[tuple[Step, Any]]) -> list[dict[str, Any]]:
+def _by_step(changes: list[tuple[ReleaseStep, Any]]) -> list[dict[str, Any]]:
     """Changes grouped under the step (release) they happened at, in order: a changelog."""
     groups: list[dict[str, Any]] = []
     for step, change in changes:
@@ -231,7 +234,7 @@ def _promises_text(promises: tuple[str, ...], cells: list[ReportedCell]) -> tupl
     return ", ".join(promises), "; ".join(titles)
 
 
-def _verdict_rows(cells: list[ReportedCell], changes: list[VerdictChange]) -> list[tuple[Step, dict[str, Any]]]:
+def _verdict_rows(cells: list[ReportedCell], changes: list[VerdictChange]) -> list[tuple[ReleaseStep, dict[str, Any]]]:
     rows = []
     for change in changes:
         text, titles = _promises_text(change.promises, cells)

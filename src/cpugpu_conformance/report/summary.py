@@ -36,7 +36,7 @@ class Row:
 
 def _row(name: str, path: Path) -> Row:
     try:
-        result = results.load(path)
+        result = results.CellResult.load(path)
     except results.ResultFileError as exc:
         return _row_without_result(name, path, exc)
     answer = result.answer()

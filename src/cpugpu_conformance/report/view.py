@@ -1,82 +1,23 @@
-"""Cell results -> the compatibility matrix: columns, marks, answers, observed behaviour,
-and what changed at each release (verdicts and observations, release against release;
-observations only between cells that ran on the same kind of machine).
+"""Cell results -> the compatibility matrix's model: cells, columns, answers, observed behaviour.
 
 Every cell is read through ``results.CellResult``: a mark is the cell's
 ``outcome(promise, device)`` and a column header carries the cell's ``answer()``, so the
-report shows exactly the verdict the gate and the summary use. Nothing here formats for a
-medium; ``report`` renders it.
+report shows exactly the verdict the gate and the summary use. How a mark shows is
+marks.py; what changed at each release, changes.py. Nothing here formats for a medium;
+``report`` renders it.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..promises import DEVICES, PROMISES, RECORDED_ONLY
-from ..results import (
-    CELL_STATUSES,
-    CellResult,
-    Outcome,
-    observation_changes,
-    observation_key,
-    observation_text,
-    promise_order,
-    release_key,
-)
-
-
-@dataclass(frozen=True)
-class MarkStyle:
-    symbol: str
-    word: str
-    meaning: str
-
-    @property
-    def label(self) -> str:
-        """Symbol and word together, always: where no emoji font exists the word still reads."""
-        return f"{self.symbol} {self.word}"
-
-
-# One mark per Outcome kind. Every mark has its own symbol *and* word, so none is told
-# apart by colour alone; a cell that did not complete shows its status in every row.
-MARKS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("✅", "pass", "at least one check of the promise ran, and every check held"),
-    "failed": MarkStyle("❌", "FAIL", "a check of the promise failed; the reproducer is in the failures section"),
-    "recorded": MarkStyle("📝", "recorded", "implementation-defined: what happened is recorded, not judged"),
-    "untested": MarkStyle(
-        "❓", "untested",
-        "asked for, but no check ran (device missing, checks skipped, or no verdict in the file): the reason is "
-        "given; never a pass",
-    ),
-    "not_applicable": MarkStyle("➖", "n/a", "the contract does not make this promise on this device"),
-    "not_requested": MarkStyle("⏭", "not requested", "the run was told to leave this promise out (--promise)"),
-    "interrupted": MarkStyle(
-        "⏹", "interrupted", "the run was stopped before it wrote its verdicts (killed, cancelled, or still running)"
-    ),
-    "crashed": MarkStyle("💥", "crashed", "the test process died (abort, segfault, out of memory); no verdicts"),
-    "timed_out": MarkStyle("⏱", "timed out", "the cell ran past its time limit; no verdicts"),
-    "not_installed": MarkStyle("📦", "not installed", "the torch release could not be installed; no verdicts"),
-    "wrong_torch": MarkStyle(
-        "🚫", "wrong torch", "the cell got a torch other than the one it asked for, so nothing was tested"
-    ),
-    "error": MarkStyle("⚠️", "error", "the cell failed before testing (usage or setup error); no verdicts"),
-}
-
-# A cell's answer, shown once per column above the promises: only "clean" is a clean cell.
-ANSWERS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("✅", "clean", "the cell completed and every promise it was asked about passed or was recorded"),
-    "failed": MarkStyle("❌", "FAILED", "at least one check failed"),
-    "untested": MarkStyle("❓", "UNTESTED", "no check failed, but something the cell was asked to test was not tested"),
-    **{status: MARKS[status] for status in CELL_STATUSES if status != "completed"},
-}
-
-# Fail at import, not in a published report, if results.py grows a status without a mark.
-_unmarked = set(CELL_STATUSES) - {"completed"} - set(MARKS)
-assert not _unmarked, f"cell statuses without a mark: {sorted(_unmarked)}"
+from ..promises import DEVICES, PROMISES
+from ..results import CellResult, Outcome, observation_key, observation_text, promise_order, release_key
+from .marks import ANSWERS, MarkStyle
 
 # The column of a cell that names no device (a fault result written before it knew one).
 NO_DEVICE = "(device unknown)"
@@ -298,98 +239,7 @@ def untested_notes(col: Column, numbers: list[str]) -> list[tuple[str, str]]:
     return [(f"{col.label}, promise {n}", out.note or "no reason given") for n, out in untested]
 
 
-# --- what changed at each release ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    """A cell read against the one before it: 'at' is where something changed, 'since' what
-    it is compared with (None for the first). Labels carry the cell's tag where the
-    release alone is ambiguous."""
-
-    at: ReportedCell
-    label: str
-    since: ReportedCell | None = None
-    since_label: str | None = None
-
-
-def _step(cell: ReportedCell, before: ReportedCell | None, ambiguous: set[str]) -> Step:
-    return Step(cell, release_label(cell, ambiguous), before,
-                release_label(before, ambiguous) if before is not None else None)
-
-
-@dataclass(frozen=True)
-class VerdictChange:
-    """Promises whose mark on a device changed at a step, all from the same mark to the same mark.
-
-    before is None for a cell that did not complete: it has no verdicts to compare, so
-    it is one row for every promise, and the next cell is compared with the last that did.
-    """
-
-    step: Step
-    device: str
-    promises: tuple[str, ...]  # empty: every promise (a cell that did not complete)
-    before: Outcome | None
-    after: Outcome
-
-
-def _verdict(promise: str, out: Outcome) -> tuple[str, str | None]:
-    """What must stay equal for a promise to read alike: the mark, and what a recorded
-    promise recorded (a failure's message may change; it is still a failure)."""
-    return out.kind, out.note if promise in RECORDED_ONLY else None
-
-
-def _changed_marks(before: Column, after: Column, numbers: list[str]) -> list[tuple[Outcome, Outcome, list[str]]]:
-    """(before, after, promises): the promises whose mark went from one to the other,
-    grouped where the marks and their notes read alike."""
-    groups: dict[tuple, tuple[Outcome, Outcome, list[str]]] = {}
-    other_machine = before.cell.result.machine != after.cell.result.machine
-    for number in numbers:
-        old, new = before.cell.mark(number, before.device), after.cell.mark(number, after.device)
-        if other_machine and "not_applicable" in (old.kind, new.kind):
-            continue  # promise 11 beside an accelerator: the machine changed, not the torch
-        if _verdict(number, old) != _verdict(number, new):
-            key = (old.kind, old.note, new.kind, new.note)
-            groups.setdefault(key, (old, new, []))[2].append(number)
-    return list(groups.values())
-
-
-def verdict_changes(cells: list[ReportedCell]) -> list[VerdictChange]:
-    """Each column against the previous column of the same device whose cell completed, in
-    column order: every promise whose mark changed, grouped where they changed alike."""
-    ambiguous = ambiguous_releases(cells)
-    numbers = promise_numbers(cells)
-    last_completed: dict[str, Column] = {}
-    changes: list[VerdictChange] = []
-    for col in columns(cells):
-        before = last_completed.get(col.device)
-        step = _step(col.cell, before.cell if before else None, ambiguous)
-        if not col.cell.completed:
-            # every promise has the cell's status as its mark: one row says it
-            changes.append(VerdictChange(step, col.device, (), None, col.cell.mark(numbers[0], col.device)))
-            continue
-        if before is not None:
-            for old, new, promises in _changed_marks(before, col, numbers):
-                changes.append(VerdictChange(step, col.device, tuple(promises), old, new))
-        last_completed[col.device] = col
-    return changes
-
-
-@dataclass(frozen=True)
-class ObservationChange:
-    """One probe, or one entry of a table-valued probe, that changed at a step, on one kind
-    of machine (results.machine_kind): each kind has its own history.
-
-    None: the probe was not run, or (for an entry) the table had no such entry.
-    """
-
-    step: Step
-    probe: str
-    before: str | None
-    after: str | None
-    doc: str | None
-    entry: bool = False  # 'probe' names an entry of a table ('dtypes.bfloat16')
-    machine: str = ""
+# --- observed torch behaviour -------------------------------------------------------
 
 
 def observed_cells(cells: Iterable[ReportedCell]) -> list[ReportedCell]:
@@ -405,34 +255,6 @@ def machines(cells: Iterable[ReportedCell]) -> list[str]:
 def observed_on(cells: Iterable[ReportedCell], machine: str) -> list[ReportedCell]:
     """The cells with observations that ran on ``machine``, in version order: one history."""
     return [c for c in observed_cells(cells) if c.result.machine == machine]
-
-
-def observation_changes_by_release(cells: list[ReportedCell]) -> list[ObservationChange]:
-    """Every change of observed behaviour between consecutive cells that observed anything on
-    the same kind of machine: a GPU machine is never read against a CPU-only one (the
-    accelerator probes differ with the machine, not the torch). Kind by kind, in order."""
-    ambiguous = ambiguous_releases(cells)
-    docs = probe_docs(observed_cells(cells))
-    changes: list[ObservationChange] = []
-    for machine in machines(cells):
-        observed = observed_on(cells, machine)
-        for before, after in zip(observed, observed[1:]):
-            step = _step(after, before, ambiguous)
-            for path, old, new in observation_changes(before.result.observations, after.result.observations):
-                probe = _probe_of(path, docs)
-                changes.append(ObservationChange(step, path, old, new, docs.get(probe), entry=path != probe,
-                                                 machine=machine))
-    return changes
-
-
-def _probe_of(path: str, probes: Iterable[str]) -> str:
-    """The probe a change belongs to: itself, or the table probe whose entry it names
-    ('dtypes.bfloat16' -> 'dtypes'). Probe names have dots too, so the longest match wins."""
-    owners = [p for p in probes if path == p or path.startswith(p + ".")]
-    return max(owners, key=len, default=path)
-
-
-# --- observed torch behaviour -------------------------------------------------------
 
 
 def probe_docs(cells: Iterable[ReportedCell]) -> dict[str, str | None]:
@@ -489,30 +311,3 @@ def observation_table(cells: list[ReportedCell]) -> tuple[list[ReportedCell], li
             last[cell.result.machine] = (here, cell.release)
         rows.append(ProbeRow(probe, docs[probe], values))
     return observed, rows
-
-
-# Marks whose note the matrix shows in the cell itself (others only on hover).
-NOTED_KINDS = ("recorded", "untested")
-
-
-def repeated_notes(marks: Mapping[int, Outcome], cols: list[Column]) -> dict[int, str]:
-    """Column index -> the column that first showed the same note on the same device,
-    for each shown note (NOTED_KINDS) that only repeats the last one shown on that device.
-
-    A note shown once per change keeps a 16-column row one line high; the repeat names
-    where the text is, and the full note stays in the cell's tooltip. A column with no
-    shown note (a crashed cell) does not interrupt a run of repeats.
-    """
-    last_shown: dict[str, tuple[tuple[str, str], str]] = {}  # device -> ((kind, note), first column)
-    repeats: dict[int, str] = {}
-    for col in cols:
-        out = marks[col.index]
-        if out.kind not in NOTED_KINDS or not out.note:
-            continue
-        key = (out.kind, out.note)
-        previous = last_shown.get(col.device)
-        if previous is not None and previous[0] == key:
-            repeats[col.index] = previous[1]
-        else:
-            last_shown[col.device] = (key, col.label)
-    return repeats

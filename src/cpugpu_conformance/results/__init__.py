@@ -1,7 +1,7 @@
 """Result files: the model, the rule that decides a verdict, the comparison of two cells.
 
-    model    CellResult (load, validate, write; its JSON schema is schemas/cell-result.schema.json),
-             placeholder, machine_kind, release_key
+    model    CellResult (CellResult.new, CellResult.load, validate, write; its JSON schema is
+             schemas/cell-result.schema.json), placeholder, machine_kind, release_key
     rule     Outcome, Answer: a promise passed on a device only when a check of it ran and held
     compare  diff(baseline, candidate) -> Comparison; observation changes
     files    safe reading (ResultFileError), atomic writing, the lock (exclusive), now()
@@ -47,7 +47,6 @@ from .model import (
     UNKNOWN_MACHINE,
     VERDICTS,
     CellResult,
-    load,
     machine_kind,
     placeholder,
     promise_order,
@@ -59,16 +58,12 @@ from .model import (
 from .rule import NOT_ASKED_KINDS, VERDICT_KINDS, Answer, Outcome
 from .text import DETAIL_LIMIT, SHORT_LIMIT, TEXT_LIMIT, clean_text, first_line, last_line, one_line
 
-# The suite's spelling (conformance/recording.py) until it moves into the library (issue 16);
-# the constructor is CellResult.new.
-new_result = CellResult.new
-
 __all__ = [
     "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MISSING", "NOT_ASKED_KINDS",
     "NO_ACCELERATOR", "SCHEMA_ID", "SCHEMA_VERSION", "SHORT_LIMIT", "TEXT_LIMIT", "UNKNOWN_MACHINE", "VERDICTS",
     "VERDICT_KINDS", "Answer", "CellResult", "Change", "Comparison", "NotRegularFile", "Outcome", "ResultFileError",
     "ResultPathBusy", "check_writable", "clean_text", "diff", "exclusive", "first_line", "json_of", "last_line",
-    "load", "lock_path", "machine_kind", "new_result", "now", "observation_changes", "observation_key",
+    "lock_path", "machine_kind", "now", "observation_changes", "observation_key",
     "observation_text", "one_line", "placeholder", "promise_order", "read_regular_file", "release_key", "schema",
     "validate", "value_changes", "write_atomic", "write_json_atomic", "write_text_atomic",
 ]

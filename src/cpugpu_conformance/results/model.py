@@ -326,10 +326,6 @@ def placeholder(cell: str, **fields: Any) -> CellResult:
         "or is still running"), started=now(), **fields)
 
 
-def load(path: str | os.PathLike[str]) -> CellResult:
-    return CellResult.load(path)
-
-
 def write_atomic(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
     """Validate (through CellResult), then write atomically."""
     cell = result if isinstance(result, CellResult) else CellResult(result, str(path))

@@ -1,12 +1,14 @@
 """The runner: from matrix.yaml to one result file per cell.
 
-    matrix      matrix.yaml -> Matrix of MatrixCell (a Release on a RunnerDevice); schemas/matrix.schema.json
-    releases    which torch releases a package index or a folder of wheels offers
-    install     one uv environment per torch, the installer and its progress, the torch check
-    processes   signals (CellInterrupted) and process groups: run_suite, signal_group, kill_group
-    cell        one cell: claim results/<cell>.json, install, run the suite, write its answer
-    parallel    several cell runners side by side, output prefixed, stopped together
-    bisection   the first release between GOOD and BAD whose answer changes
+    matrix        matrix.yaml -> a validated Matrix (load, MatrixError); schemas/matrix.schema.json
+    matrix_model  Matrix of MatrixCell (a Release on a RunnerDevice), the pairing of an unlisted release
+    releases      which torch releases a package index or a folder of wheels offers
+    install       one uv environment per torch, the installer and its progress, the torch check
+    processes     signals (CellInterrupted) and process groups: run_suite, signal_group, kill_group
+    cell          one cell: claim results/<cell>.json, install, run the suite, write its answer
+    answer        the suite's command in a cell, and how its ending becomes the cell's answer
+    parallel      several cell runners side by side, output prefixed, stopped together
+    bisection     the first release between GOOD and BAD whose answer changes
 
 Reads matrix.yaml and package indexes; writes results/<cell>.json and .log (through
 cpugpu_conformance.results). The command lines over it are in cpugpu_conformance.cli.

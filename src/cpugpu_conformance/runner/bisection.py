@@ -64,7 +64,7 @@ def installable_releases(index_url: str | None, find_links: Sequence[str] = (), 
         if not find_links:
             raise BisectError("offline: true and no find_links: no folder of wheels to list torch releases from")
         return found
-    return sorted(set(found) | set(available_releases(index_url)), key=Version)
+    return sorted(set(found) | set(available_releases(index_url)), key=results.release_key)
 
 
 def _where_listed(find_links: Sequence[str], offline: bool) -> str:
@@ -92,7 +92,7 @@ def changes(good: results.CellResult, other: results.CellResult) -> list[str]:
 
 
 @dataclass
-class Step:
+class BisectStep:
     """One probe: which release, and how it compared with the good release."""
 
     release: str
@@ -108,7 +108,7 @@ class Bisection:
     first_changed: str | None  # None: the last release answers like the first
     previous: str | None
     diff: list[str]
-    steps: list[Step]
+    steps: list[BisectStep]
     untestable: list[str] = field(default_factory=list)  # releases between previous and first_changed
 
 
@@ -130,7 +130,7 @@ def _probe_order(lo: int, hi: int) -> list[int]:
 def bisect_first_change(
     releases: list[str],
     probe: Callable[[str], results.CellResult],
-    on_step: Callable[[Step], None] | None = None,
+    on_step: Callable[[BisectStep], None] | None = None,
 ) -> Bisection:
     """Binary-search ``releases`` (oldest first) for the first that answers differently from ``releases[0]``.
 
@@ -142,7 +142,7 @@ def bisect_first_change(
     if len(releases) < 2:
         raise BisectError("need at least two releases to bisect")
     answers: dict[str, results.CellResult | None] = {}
-    steps: list[Step] = []
+    steps: list[BisectStep] = []
 
     def answer_of(index: int) -> results.CellResult | None:
         release = releases[index]
@@ -154,12 +154,12 @@ def bisect_first_change(
                 raise Untestable(result.status, result.detail)
         except Untestable as exc:
             answers[release] = None
-            step = Step(release, exc.status, None, exc.detail)
+            step = BisectStep(release, exc.status, None, exc.detail)
         else:
             answers[release] = result
             # releases[0] is always probed first, so its answer is there to compare with
             good = answers[releases[0]]
-            step = Step(release, "completed", good is None or not changes(good, result))
+            step = BisectStep(release, "completed", good is None or not changes(good, result))
         steps.append(step)
         if on_step:
             on_step(step)
@@ -197,7 +197,7 @@ def bisect_first_change(
 
 
 
-def _print_step(number: int, step: Step, source: str | None) -> None:
+def _print_step(number: int, step: BisectStep, source: str | None) -> None:
     if step.same_as_good is None:
         verdict = f"untestable ({step.status}{': ' + results.last_line(step.detail, None) if step.detail else ''})"
     elif step.same_as_good:
@@ -246,7 +246,7 @@ def run(
         except results.ResultFileError as exc:
             raise Untestable("no result", str(exc)) from None
 
-    def on_step(step: Step) -> None:
+    def on_step(step: BisectStep) -> None:
         _print_step(len(paths), step, paths.get(step.release))
 
     try:

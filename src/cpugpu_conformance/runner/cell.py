@@ -19,7 +19,7 @@ session all come here; a matrix cell describes its own run (CellSpec.from_matrix
 
 The command lines around it are ``cpugpu-conformance cell|record-unfinished`` (cli/cell.py,
 cli/record.py). The environment and the installer are install.py; signals and process
-groups processes.py.
+groups processes.py; the suite's command and how its ending becomes the answer answer.py.
 """
 
 from __future__ import annotations
@@ -34,53 +34,24 @@ from typing import Any
 
 from cpugpu_conformance import results
 from cpugpu_conformance.output import say
+from cpugpu_conformance.runner.answer import cell_answer, suite_command, with_tail
 from cpugpu_conformance.runner.install import (
-    base_version,
     create_env,
     environment_of,
     install,
     probe_torch,
     torch_mismatch,
 )
-from cpugpu_conformance.runner.matrix import MatrixCell, Release
+from cpugpu_conformance.runner.matrix_model import MatrixCell, Release
 from cpugpu_conformance.runner.processes import (
     CellInterrupted,
     Interrupts,
-    SuiteRun,
     interrupts_raised,
     log_tail,
     run_suite,
     signal_name,
 )
 from cpugpu_conformance.runner.releases import ReleaseListingError, newest_final_release
-
-# The suite: 0 every promise asked for passed, 1 one failed, 5 nothing was tested, 6 some promises
-# went untested (none failed). Each is a finished run whose result file holds the answer (a cuda
-# cell on a machine without a GPU: untested). Anything else means the suite did not finish its job.
-PYTEST_FINISHED = (0, 1, 5, 6)
-PYTEST_INTERRUPTED = 2
-PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "nothing tested",
-                     6: "some promises untested"}
-
-# `python -m pytest ARGS`, minus the interpreter's teardown: tearing down an interpreter with torch
-# loaded takes about a second after pytest has written the cell's result. The suite's recorder
-# writes (and fsyncs) its result file during the session and releases its lock when pytest
-# unconfigures, both before pytest.main returns; so flush what pytest printed and end the process
-# with pytest's exit code. Nor does it take pytest's closing garbage collections (a quarter of a
-# second with torch loaded, after the result is written; they only look for exceptions raised in
-# finalizers, which pytest still reports after each test): the iterations come from a stash key
-# pytest keeps for that purpose, where this pytest has it. Ctrl-C stays pytest's
-# KeyboardInterrupt (exit 2), SIGTERM still ends the process. No pytest is the error
-# `python -m pytest` gives. One line, for the log.
-SUITE_LAUNCHER = (
-    "import os, sys, types, importlib.util as u; "
-    "u.find_spec('pytest') or sys.exit(sys.executable + ': No module named pytest'); "
-    "import pytest; "
-    "no_final_gc = types.SimpleNamespace(pytest_configure=lambda config: (k := getattr("
-    "sys.modules.get('_pytest.unraisableexception'), 'gc_collect_iterations_key', None)) is None "
-    "or config.stash.__setitem__(k, 0)); "
-    "code = pytest.main(sys.argv[1:], plugins=[no_final_gc]); sys.stdout.flush(); sys.stderr.flush(); os._exit(int(code))"
-)
 
 
 def resolve_latest(spec: CellSpec) -> CellSpec:
@@ -93,28 +64,6 @@ def resolve_latest(spec: CellSpec) -> CellSpec:
     folders = [spec.find_links] if spec.find_links else []
     version = newest_final_release(spec.index_url, folders, offline=spec.offline)
     return replace(spec, release=release.resolved(version))
-
-
-
-def _exit_description(returncode: int) -> str:
-    signum = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
-    if signum:
-        return f"killed by {signal_name(signum)}"
-    return f"pytest exited {returncode} ({PYTEST_EXIT_NAMES.get(returncode, 'unexpected')})"
-
-
-def _status_of_exit(returncode: int) -> str:
-    """The cell status of a pytest that did not finish its job (exit not 0 or 1)."""
-    if returncode < 0 or returncode > 128:
-        return "crashed"
-    if returncode == PYTEST_INTERRUPTED:
-        return "interrupted"  # pytest stopped early (Ctrl-C, errors during collection): never completed
-    return "error"
-
-
-def _with_tail(headline: str, tail: list[str]) -> str:
-    return headline + ("; last lines of the log:\n" + "\n".join(tail) if tail else "; the log is empty")
-
 
 
 # ---------------------------------------------------------------------------- one cell
@@ -285,7 +234,7 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
     except CellInterrupted as exc:
         if run.claimed and not run.answered:
             headline = f"interrupted by {signal_name(exc.signum)} (a cancelled CI job, Ctrl-C, a kill)"
-            run.fault("interrupted", _with_tail(headline, log_tail(spec.log_path)))
+            run.fault("interrupted", with_tail(headline, log_tail(spec.log_path)))
         raise
     except Exception as exc:
         if run.claimed and not run.answered:
@@ -366,70 +315,9 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
         if problem:
             return run.fault("wrong_torch", problem)
     spec.remove_staging()  # a killed run's leftovers are not this run's result
-    suite = run_suite(_suite_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
+    suite = run_suite(suite_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
                       cwd=spec.project_dir, interrupts=run.interrupts)
-    return _answer(run, suite)
-
-
-def _suite_command(spec: CellSpec, python: Path | str) -> list[str]:
-    cmd = [str(python), "-c", SUITE_LAUNCHER, "conformance", "--cell-result", str(spec.staging_path.resolve()),
-           "--cell-name", spec.name, "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]
-    if spec.device:
-        cmd += ["--device", spec.device]
-    return cmd + list(spec.pytest_args)
-
-
-def _answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
-    """The cell's answer from how the suite ended and what it wrote."""
-    spec = run.spec
-    tail = suite.tail or log_tail(spec.log_path)  # a suite that printed nothing: the log's own last lines
-    outlived = [f"processes it started outlived the kill: {', '.join(suite.survivors)}"] if suite.survivors else []
-
-    def fault(status: str, headline: str) -> results.CellResult:
-        return run.fault(status, _with_tail("; ".join([headline, *outlived]), tail))
-
-    if suite.timed_out:
-        return fault("timed_out", f"killed after the cell's time limit of {spec.time_limit_s:g} s")
-    if suite.returncode not in PYTEST_FINISHED:
-        return fault(_status_of_exit(suite.returncode), _exit_description(suite.returncode))
-    try:
-        written = results.load(spec.staging_path)
-    except results.ResultFileError as exc:
-        return fault("error", f"{_finished_description(suite.returncode)} without a usable result file ({exc})")
-    if problem := _not_what_the_cell_set(spec, written):
-        return run.fault("error", problem)
-    return run.finish(_as_cell_result(spec, written, warnings=outlived))
-
-
-def _finished_description(returncode: int) -> str:
-    name = PYTEST_EXIT_NAMES.get(returncode) if returncode not in (0, 1) else None
-    return f"pytest exited {returncode}" + (f" ({name})" if name else "")
-
-
-def _not_what_the_cell_set(spec: CellSpec, written: results.CellResult) -> str | None:
-    """The suite's result under another name or profile than the cell gave it: an option the cell
-    sets itself reached pytest some way the refusal did not see (a plugin, a conftest)."""
-    profile = written.get("hypothesis_profile")
-    if written.name == spec.name and profile in (None, spec.hypothesis_profile):
-        return None
-    return (f"the suite recorded cell {written.name!r} with hypothesis profile {profile!r}, the cell set "
-            f"{spec.name!r} with {spec.hypothesis_profile!r}: an option the cell sets itself reached pytest")
-
-
-def _as_cell_result(spec: CellSpec, written: results.CellResult, warnings: Sequence[str] = ()) -> results.CellResult:
-    """The suite's result, with what the cell asked for (and the runner's warnings), refused when the
-    suite imported another torch."""
-    data = written.to_json()
-    if warnings:
-        data["warnings"] = [*written.warnings, *warnings]
-    data["requested"] = {**spec.requested(), **written.requested}  # the suite's own keys (promises) win
-    got = written.environment.get("torch")
-    if spec.release is not None and got and base_version(str(got)) != spec.release.version:
-        # The pre-check read torch/version.py; this is the torch the suite really imported.
-        for key in ("promises", "counts", "devices", "unattributed_failures"):
-            data.pop(key, None)
-        data.update(status="wrong_torch", detail=f"asked for torch {spec.release.version}, the suite imported torch {got}")
-    return results.CellResult(data, str(spec.result_path))
+    return cell_answer(run, suite)
 
 
 # ---------------------------------------------------------------------------- the CI fallback
@@ -446,7 +334,7 @@ def record_unfinished(path: Path, cell: str, session: str, nox_log: Path | None 
     tail = log_tail(nox_log) if nox_log else []
     output = "\n".join([f"nox -s {session} output, last lines:", *tail] if tail else [f"nox -s {session} left no output"])
     try:
-        found = results.load(path)
+        found = results.CellResult.load(path)
     except results.ResultFileError as exc:
         missing = not path.exists() and not path.is_symlink()
         why = "ended without a result file" if missing else f"left a result file that cannot be read ({exc})"

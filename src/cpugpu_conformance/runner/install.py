@@ -27,7 +27,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance.output import say
-from cpugpu_conformance.runner.matrix import Release
+from cpugpu_conformance.runner.matrix_model import Release
 from cpugpu_conformance.runner.processes import KILL_GRACE_S, LOG_TAIL_LINES, kill_group
 
 INSTALL_KEPT_LINES = 200  # of the installer's output, for the not_installed detail

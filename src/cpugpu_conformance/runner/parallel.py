@@ -53,7 +53,7 @@ class Finished:
 
 
 @dataclass
-class Outcome:
+class ParallelOutcome:
     finished: list[Finished] = field(default_factory=list)  # in the order they ended
     not_started: list[str] = field(default_factory=list)
     signum: int | None = None  # the signal that stopped the run
@@ -84,15 +84,15 @@ def run_jobs(jobs: Sequence[Job], max_jobs: int, *, stream: bool = False, out: I
              cwd: Path | None = None, env: dict[str, str] | None = None,
              on_start: Callable[[Job], str | None] | None = None,
              on_finish: Callable[[Finished], str | None] | None = None,
-             stop_grace_s: float = STOP_GRACE_S) -> Outcome:
+             stop_grace_s: float = STOP_GRACE_S) -> ParallelOutcome:
     """Run ``jobs`` in order, ``max_jobs`` at a time; returns when all ended, or after a signal
-    once every running one has ended (``Outcome.signum``). Handles SIGINT, SIGTERM and SIGHUP
+    once every running one has ended (``ParallelOutcome.signum``). Handles SIGINT, SIGTERM and SIGHUP
     (cell.INTERRUPTING_SIGNALS) only in the main thread (elsewhere signals keep their handlers)."""
     if max_jobs < 1:
         raise ValueError("max_jobs must be at least 1")
     printer = _Printer(out or sys.stdout)
     pending, running = list(jobs), {}
-    outcome = Outcome()
+    outcome = ParallelOutcome()
 
     def say(text: str | None) -> None:
         if text:

@@ -27,6 +27,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from cpugpu_conformance.results import release_key
+
 PACKAGE = "torch"
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 # PEP 691: ask for the JSON form of the Simple API; an index that only speaks
@@ -162,7 +164,7 @@ def folder_releases(folder: str | Path) -> list[str]:
 def releases_in_folders(find_links: Sequence[str | Path]) -> list[str]:
     """Final torch releases among the wheels of all these find-links folders, oldest first."""
     found = {release for folder in find_links for release in folder_releases(folder)}
-    return sorted(found, key=Version)
+    return sorted(found, key=release_key)
 
 
 def newest_final_release(index_url: str | None, find_links: Sequence[str | Path] = (), *, offline: bool = False,

@@ -269,8 +269,8 @@ class CellRecorder:
     def write_usage_error(self, message: str) -> None:
         if self.path is None:
             return
-        self._write(results.new_result(self.name, "error", detail=f"usage error (pytest exit status 4): {message}",
-                                       pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR), **self._run_fields()))
+        self._write(results.CellResult.new(self.name, "error", detail=f"usage error (pytest exit status 4): {message}",
+                                           pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR), **self._run_fields()))
 
     def _requested(self) -> dict[str, Any]:
         return {"device": self.plan.option or "default", "promises": in_contract_order(self.chosen)}
@@ -424,14 +424,14 @@ class CellRecorder:
         }
         run_fields = self._run_fields()
         # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
-        self.answer = results.new_result(self.name, status, detail=detail, environment=run_fields["environment"],
-                                         **verdicts).answer()
+        self.answer = results.CellResult.new(self.name, status, detail=detail, environment=run_fields["environment"],
+                                             **verdicts).answer()
         self.exitstatus = exit_status(session.exitstatus, self.answer)
         if self.sets_exit:
             session.exitstatus = self.exitstatus
         if self.path is None:
             return
-        self._write(results.new_result(
+        self._write(results.CellResult.new(
             self.name,
             status,
             detail=detail,
