@@ -25,9 +25,10 @@ from suite_runner import run_suite
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
 from cpugpu_conformance.testing import contexts, helpers, plan, recording, side_effects
+from cpugpu_conformance.testing.checks import COPY_METHODS
 from cpugpu_conformance.testing.device_promises import (
-    ORDERED_COPIES,
     allow_sync,
+    copy_lands_in_order,
     copy_outlasting_a_stall,
     copy_refusing_sync,
     forbid_sync,
@@ -82,17 +83,17 @@ def cpu_with_a_no_op_stall(monkeypatch):
 
 def _ordered(Buffer, method: str, n, dtype=torch.float32, size=(4, 3)) -> None:
     buf = Buffer(*size, dtype=dtype, device=torch.device("cpu"), pin_memory=False, with_numpy=False)
-    ORDERED_COPIES[method](buf, n, torch.device("cpu"))
+    copy_lands_in_order(buf, method, n, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("method", sorted(ORDERED_COPIES))
+@pytest.mark.parametrize("method", COPY_METHODS)
 @pytest.mark.parametrize("n", [None, 0, 2, -1, 9, -9])
 def test_the_in_order_check_holds_for_the_reference(cpu_with_a_no_op_stall, method, n):
     _ordered(CpuGpuBuffer, method, n)
     _ordered(CpuGpuBuffer, method, n, dtype=torch.bool, size=(3,))
 
 
-@pytest.mark.parametrize("method", sorted(ORDERED_COPIES))
+@pytest.mark.parametrize("method", COPY_METHODS)
 def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(cpu_with_a_no_op_stall, method):
     with pytest.raises(AssertionError, match=rf"{method}\(n\) did not land in order on the caller's current stream"):
         _ordered(ZeroMeansAllBuffer, method, 0)
@@ -100,7 +101,7 @@ def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(cpu_with_a_n
 
 def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
     """Each under the name of the helper that stands for it (its body as it is, no import of torch in it)."""
-    functions = [*ORDERED_COPIES.values(), copy_refusing_sync, copy_outlasting_a_stall, side_effects.caller_state,
+    functions = [copy_lands_in_order, copy_refusing_sync, copy_outlasting_a_stall, side_effects.caller_state,
                  *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
     script = script_for("cuda", *functions)
     compile(script, "<reproducer>", "exec")

@@ -23,14 +23,14 @@ from cpugpu_conformance import devices, promises
 from cpugpu_conformance.reference import CpuGpuBuffer
 from cpugpu_conformance.testing import checks, contexts, helpers, mutability, stateful
 from cpugpu_conformance.testing.base import BufferTests
-from cpugpu_conformance.testing.device_promises import ORDERED_COPIES, copy_outlasting_a_stall, copy_refusing_sync
+from cpugpu_conformance.testing.device_promises import copy_lands_in_order, copy_outlasting_a_stall, copy_refusing_sync
 from cpugpu_conformance.testing.reproducer import Name, Record, Scenario, import_line, literal
 
 OK = "ok: the promise held"
 REFERENCE = import_line(CpuGpuBuffer)
 # Promise 10 (the functions that stall a stream or refuse a synchronize) applies only where the
 # registry has a way to do so: CUDA (promises.APPLIES_TO).
-PROMISE_10 = {*ORDERED_COPIES.values(), copy_refusing_sync, copy_outlasting_a_stall}
+PROMISE_10 = {copy_lands_in_order, copy_refusing_sync, copy_outlasting_a_stall}
 
 
 def scenario(device: str = "cpu", impl_import: str = REFERENCE, **values) -> tuple[Record, Scenario]:
@@ -247,8 +247,8 @@ def test_an_adapter_goes_into_the_reproducer_and_it_runs_on_its_own(tmp_path, mo
 
     monkeypatch.setattr(TupleBufferTests, "buffer_cls", TupleBuffer)
     suite = TupleBufferTests()
-    record = Record(suite._import_line())
-    sc = suite.scenario(record, "2", "cpu", size=(3, 2), dtype=torch.float32, pin_memory=False, with_numpy=True)
+    record = Record(suite._import_line(), promise="2")
+    sc = suite.scenario(record, "cpu", size=(3, 2), dtype=torch.float32, pin_memory=False, with_numpy=True)
     buf = sc.call(Name("make"), into="buf")
     assert type(buf) is TupleBuffer
     sc.call(checks.zeroed)

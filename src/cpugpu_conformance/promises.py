@@ -20,6 +20,21 @@ PROMISES: dict[str, str] = {
     "13": "Independent buffers",
 }
 
+# Each promise by name, for the code that checks it (testing/): the number is written here only.
+SHAPE_AND_DTYPE = "1"
+ZEROED = "2"
+MUTABLE = "3"
+TWO_STORAGES = "4"
+NUMPY_VIEW = "5"
+BFLOAT16_PATH = "6"
+NO_WRONG_VIEWS = "7"
+PARTIAL_COPIES = "8"
+FOR_LIFE = "9"
+CUDA_SPECIFICS = "10"
+PIN_WITHOUT_ACCELERATOR = "11"
+NO_SIDE_EFFECTS = "12"
+INDEPENDENT = "13"
+
 DEVICES = devices.NAMES  # listed in the registry, devices.py
 
 # Promise 11 is recorded, never judged: its verdict is what happened, not pass/fail.

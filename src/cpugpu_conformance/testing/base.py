@@ -12,13 +12,15 @@ import textwrap
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpugpu_conformance.promises import PROMISES
+from cpugpu_conformance import promises as P
 
+from . import budget
 from . import strategies as s
 from .contexts import PLAIN, Context
-from .recording import RECORD
+from .recording import RECORD, promises_of
 from .reproducer import Name, Record, Scenario, import_line
 
 
@@ -42,22 +44,21 @@ class BufferTests:
     @pytest.fixture
     def record(self, request: pytest.FixtureRequest) -> Record:
         """This test's reproducer, blame and observation, kept on its item for its report."""
-        rec = Record(self._import_line())
+        rec = Record(self._import_line(), promise=min(promises_of(request.node), key=int, default=None))
         request.node.stash[RECORD] = rec
         return rec
 
     # --- for the test methods
 
-    def scenario(self, record: Record, promise: str, device: str, *, title: str | None = None,
-                 **values: Any) -> Scenario:
-        """A scenario whose make() builds the buffer through make_buffer (the adapter, if any)."""
-        return Scenario(record, promise, device, title=title, factory=self.make_buffer, adapter=self._adapter(),
-                        **values)
+    def scenario(self, record: Record, device: str, *, title: str | None = None, **values: Any) -> Scenario:
+        """A scenario of the test's promise (its marker) whose make() builds the buffer through
+        make_buffer (the adapter, if any)."""
+        return Scenario(record, record.promise, device, title=title, factory=self.make_buffer,
+                        adapter=self._adapter(), **values)
 
     def build(
         self,
         record: Record,
-        promise: str,
         device: str,
         data: st.DataObject,
         dtypes: st.SearchStrategy,
@@ -79,7 +80,6 @@ class BufferTests:
         ctx = context or (data.draw(s.contexts_for(device), label="context") if contexts else PLAIN)
         sc = self.scenario(
             record,
-            promise,
             device,
             size=size if size is not None else data.draw(s.sizes_for(info, nonempty=nonempty), label="size"),
             dtype=info.dtype,
@@ -87,7 +87,7 @@ class BufferTests:
             with_numpy=data.draw(s.with_numpy_for(info), label="with_numpy") if with_numpy is None else with_numpy,
         )
         if construct:
-            construct_blamed(record, constructor_promise(promise, ctx), lambda: construct_in(sc, ctx))
+            construct_blamed(record, constructor_promise(record.promise, ctx), lambda: construct_in(sc, ctx))
         return sc
 
     # --- how reproducers name the class and the adapter
@@ -128,9 +128,9 @@ def constructor_promise(promise: str, ctx: Context) -> str:
     (promise 1, shape and dtype), unless the test's own promise is about the construction itself:
     every dtype without NumPy (6), under a mode or in a thread (3, in a context other than the
     plain one), pinned memory (10)."""
-    if promise in ("6", "10") or (promise == "3" and ctx != PLAIN):
+    if promise in (P.BFLOAT16_PATH, P.CUDA_SPECIFICS) or (promise == P.MUTABLE and ctx != PLAIN):
         return promise
-    return "1"
+    return P.SHAPE_AND_DTYPE
 
 
 def construct_blamed(record: Record, promise: str, construct: Any) -> None:
@@ -141,5 +141,13 @@ def construct_blamed(record: Record, promise: str, construct: Any) -> None:
     record.blame(before)
 
 
-def title(promise: str) -> str:
-    return PROMISES[promise]
+def property_test(*promises: str, examples: settings | None = None) -> Any:
+    """A property test of these promises (P.MUTABLE, ...): marked with them, run with the suite's
+    hypothesis settings (``examples``: a share of the profile's, budget.share; default all of
+    them), drawing its values from ``data``."""
+
+    def decorate(test: Any) -> Any:
+        chosen = examples if examples is not None else budget.whole()
+        return pytest.mark.cpugpu_promise(*promises)(chosen(given(data=st.data())(test)))
+
+    return decorate

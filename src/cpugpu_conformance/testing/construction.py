@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from cpugpu_conformance import promises as P
 
 from . import budget, checks
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
 
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
@@ -18,31 +16,25 @@ PER_CONTEXT = budget.share(10, floor=10)
 class ShapeAndDtypeTests(BufferTests):
     """Promise 1: the shape and dtype asked for, on the host and the device, in every context."""
 
-    @pytest.mark.cpugpu_promise("1")
-    @PER_CONTEXT
-    @given(data=st.data())
+    @property_test(P.SHAPE_AND_DTYPE, examples=PER_CONTEXT)
     def test_shape_dtype_and_device(self, record, device, context, data):
-        sc = self.build(record, "1", device, data, s.defaults_sensitive_dtype(device), context=context)
+        sc = self.build(record, device, data, s.defaults_sensitive_dtype(device), context=context)
         sc.call(checks.shape_dtype_device)
 
 
 class ZeroedTests(BufferTests):
     """Promise 2: zero-filled at construction."""
 
-    @pytest.mark.cpugpu_promise("2")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.ZEROED)
     def test_starts_zeroed(self, record, device, data):
-        sc = self.build(record, "2", device, data, s.any_dtype(device), contexts=True)
+        sc = self.build(record, device, data, s.any_dtype(device), contexts=True)
         sc.call(checks.zeroed)
 
 
 class StorageTests(BufferTests):
     """Promise 4: two storages, neither a view of the other."""
 
-    @pytest.mark.cpugpu_promise("4")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.TWO_STORAGES)
     def test_two_storages(self, record, device, data):
-        sc = self.build(record, "4", device, data, s.byte_dtype(device), nonempty=True)
+        sc = self.build(record, device, data, s.byte_dtype(device), nonempty=True)
         sc.call(checks.two_storages)

@@ -101,21 +101,7 @@ def thread(make, *args):
 
 def thread_in_inference_mode(make, *args):
     """Made in a thread of its own, in inference mode there (a thread's modes are its own)."""
-    made = {}
-
-    def build():
-        try:
-            with torch.inference_mode():
-                made["buf"] = make(*args)
-        except BaseException as exc:
-            made["error"] = exc
-
-    worker = threading.Thread(target=build)
-    worker.start()
-    worker.join()
-    if "error" in made:
-        raise made["error"]
-    return made["buf"]
+    return thread(inference_mode, make, *args)
 
 
 # Ambient defaults a model's init sets; "meta" works on any machine.

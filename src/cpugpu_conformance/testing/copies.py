@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
-from . import budget, checks
+from cpugpu_conformance import promises as P
+
+from . import checks
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
 
 
 class CopyTests(BufferTests):
     """Promise 8: copy_to_gpu(n) and copy_to_cpu(n) copy [:n] with slice semantics and return it."""
 
-    @pytest.mark.cpugpu_promise("8")
     @pytest.mark.parametrize("method", checks.COPY_METHODS)
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.PARTIAL_COPIES)
     def test_partial_copy(self, record, device, method, data):
-        sc = self.build(record, "8", device, data, s.byte_dtype(device))
+        sc = self.build(record, device, data, s.byte_dtype(device))
         sc.bind(method=method, n=data.draw(s.slice_end(sc["size"][0]), label="n"))
         sc.call(checks.partial_copy)
 
@@ -27,11 +26,9 @@ class CopyTests(BufferTests):
 class StoragesForLifeTests(BufferTests):
     """Promise 9: the copies never rebind the tensors (or the view) a caller captured."""
 
-    @pytest.mark.cpugpu_promise("9")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.FOR_LIFE)
     def test_copies_keep_the_storages(self, record, device, data):
-        sc = self.build(record, "9", device, data, s.byte_dtype(device))
+        sc = self.build(record, device, data, s.byte_dtype(device))
         sc.call(checks.capture, into=("captured", "storages"))
         length = sc["size"][0]
         calls = data.draw(st.lists(st.tuples(st.sampled_from(checks.COPY_METHODS), s.slice_end(length)),

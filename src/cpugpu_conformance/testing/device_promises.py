@@ -13,14 +13,14 @@ import os
 
 import pytest
 import torch
-from hypothesis import given
 from hypothesis import strategies as st
 
 from cpugpu_conformance import devices
+from cpugpu_conformance import promises as P
 
-from . import budget
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
+from .checks import COPY_METHODS
 from .helpers import fill_bytes, raw, sync
 from .reproducer import Name, per_device
 
@@ -53,46 +53,30 @@ def pinned_when_asked(buf, pin_memory):
         assert buf.cpu.is_pinned(), "pin_memory=True, yet buf.cpu is not in pinned memory"
 
 
-def copy_to_gpu_lands_in_order(buf, n, device):
+def copy_lands_in_order(buf, method, n, device):
     """Work queued on the caller's current stream before a copy lands before it, and the copy has
-    landed once that stream is synchronized. The work waits behind a long job, so a copy made on a
-    stream the caller's does not wait for lands first, and is caught every time."""
+    landed once that stream is synchronized. The work (a copy of `queued` into buf.gpu) waits
+    behind a long job, so a copy made on a stream the caller's does not wait for lands first,
+    and is caught every time."""
     fill_bytes(buf.cpu, seed=1)
-    sent = raw(buf.cpu)
     queued = torch.empty_like(buf.gpu)
     fill_bytes(queued, seed=2)
     sync(device)
+    host_before = raw(buf.cpu)
     stall(buf)
     buf.gpu.copy_(queued)  # on the caller's stream, behind the long job; element-wise, so any layout
-    buf.copy_to_gpu(n)
+    getattr(buf, method)(n)
     sync(device)
-    expected = raw(queued)
-    expected[:n] = sent[:n]
-    assert (raw(buf.gpu) == expected).all(), (
-        "copy_to_gpu(n) did not land in order on the caller's current stream: after the work queued there "
+    if method == "copy_to_gpu":
+        expected, got = raw(queued), raw(buf.gpu)
+        expected[:n] = host_before[:n]
+    else:
+        expected, got = host_before, raw(buf.cpu)
+        expected[:n] = raw(queued)[:n]
+    assert (got == expected).all(), (
+        f"{method}(n) did not land in order on the caller's current stream: after the work queued there "
         "before it, and by the time that stream was synchronized"
     )
-
-
-def copy_to_cpu_lands_in_order(buf, n, device):
-    """As copy_to_gpu_lands_in_order, the other way."""
-    before = raw(buf.cpu)
-    queued = torch.empty_like(buf.gpu)
-    fill_bytes(queued, seed=3)
-    sync(device)
-    stall(buf)
-    buf.gpu.copy_(queued)  # on the caller's stream, behind the long job; element-wise, so any layout
-    buf.copy_to_cpu(n)
-    sync(device)
-    expected = before.copy()
-    expected[:n] = raw(queued)[:n]
-    assert (raw(buf.cpu) == expected).all(), (
-        "copy_to_cpu(n) did not land in order on the caller's current stream: after the work queued there "
-        "before it, and by the time that stream was synchronized"
-    )
-
-
-ORDERED_COPIES = {"copy_to_gpu": copy_to_gpu_lands_in_order, "copy_to_cpu": copy_to_cpu_lands_in_order}
 
 
 def copy_refusing_sync(buf, method, n, device, sync_refusal):
@@ -151,37 +135,33 @@ class DeviceTests(BufferTests):
             pytest.skip(how.reason)
         return how
 
-    @pytest.mark.cpugpu_promise("10")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.CUDA_SPECIFICS)
     def test_cuda_copies_land_in_order_on_the_caller_stream(self, record, device, data):
         dev = devices.get(device)
         assert dev.stall, f"the registry says promise 10 applies to {device}, but not how to queue work there"
-        sc = self.build(record, "10", device, data, s.byte_dtype(device), contexts=True, nonempty=True)
+        sc = self.build(record, device, data, s.byte_dtype(device), contexts=True, nonempty=True)
         sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
         sc.call(pinned_when_asked)
-        for method in data.draw(st.permutations(sorted(ORDERED_COPIES)), label="methods"):
-            sc.call(ORDERED_COPIES[method])
+        for method in data.draw(st.permutations(COPY_METHODS), label="methods"):
+            sc.call(copy_lands_in_order, Name("buf"), method, Name("n"), Name("device"))
 
-    @pytest.mark.cpugpu_promise("10")
     @pytest.mark.parametrize("method", ["copy_to_gpu", "copy_to_cpu"])
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.CUDA_SPECIFICS)
     def test_copies_with_pinned_memory_do_not_block_the_host(self, record, device, method, non_blocking_check, data):
         """The copies are non-blocking: from pinned memory a copy returns without waiting for queued work."""
         dev = devices.get(device)
-        sc = self.build(record, "10", device, data, s.byte_dtype(device), contexts=True, nonempty=True, pin_memory=True)
+        sc = self.build(record, device, data, s.byte_dtype(device), contexts=True, nonempty=True, pin_memory=True)
         sc.bind(method=method, n=data.draw(s.slice_end(sc["size"][0]), label="n"))
         if non_blocking_check.method == "forbid_sync":
             sc.call(copy_refusing_sync, Name("buf"), Name("method"), Name("n"), Name("device"), dev.sync_refusal)
         else:
             sc.call(copy_outlasting_a_stall)
 
-    @pytest.mark.cpugpu_promise("11")
     @pytest.mark.parametrize("size", [(4,), (0,)], ids=["nonempty", "zero-size"])
+    @pytest.mark.cpugpu_promise(P.PIN_WITHOUT_ACCELERATOR)
     def test_pin_memory_on_cpu_is_recorded(self, record, device, size):
         """Either outcome is allowed; a buffer that is made must still be a valid buffer."""
-        sc = self.scenario(record, "11", device, title="pin_memory=True with no accelerator", size=size,
+        sc = self.scenario(record, device, title="pin_memory=True with no accelerator", size=size,
                            dtype=torch.float32, pin_memory=True, with_numpy=True)
         try:
             sc.call(Name("make"), into="buf")

@@ -10,12 +10,12 @@ vectorized, so an example costs milliseconds.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+
+from cpugpu_conformance import promises as P
 
 from . import budget, checks
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
 
 # A few examples per size: what varies at this scale is the size, which is a parameter.
 ENGINE = budget.share(100, floor=2)
@@ -25,52 +25,42 @@ SIZES = pytest.mark.parametrize("size", s.ENGINE_SIZES, ids=lambda size: "x".joi
 class EngineScaleTests(BufferTests):
     """Promises 1, 2, 4, 5, 8 and 9 at the sizes engines allocate (above 2**20 elements)."""
 
-    @pytest.mark.cpugpu_promise("1", "2")
     @SIZES
-    @ENGINE
-    @given(data=st.data())
+    @property_test(P.SHAPE_AND_DTYPE, P.ZEROED, examples=ENGINE)
     def test_engine_scale_shape_and_zeroed(self, record, device, size, data):
-        record.blame("1")
-        sc = self.build(record, "1", device, data, s.defaults_sensitive_dtype(device, engine=True), contexts=True,
+        record.blame(P.SHAPE_AND_DTYPE)
+        sc = self.build(record, device, data, s.defaults_sensitive_dtype(device, engine=True), contexts=True,
                         size=size)
         sc.call(checks.shape_dtype_device)
-        record.blame("2")
+        record.blame(P.ZEROED)
         sc.call(checks.zeroed)
 
-    @pytest.mark.cpugpu_promise("4")
     @SIZES
-    @ENGINE
-    @given(data=st.data())
+    @property_test(P.TWO_STORAGES, examples=ENGINE)
     def test_engine_scale_two_storages(self, record, device, size, data):
-        sc = self.build(record, "4", device, data, s.byte_dtype(device, engine=True), size=size)
+        sc = self.build(record, device, data, s.byte_dtype(device, engine=True), size=size)
         sc.call(checks.two_storages)
 
-    @pytest.mark.cpugpu_promise("5")
     @SIZES
-    @ENGINE
-    @given(data=st.data())
+    @property_test(P.NUMPY_VIEW, examples=ENGINE)
     def test_engine_scale_numpy_view(self, record, device, size, data):
-        sc = self.build(record, "5", device, data, s.numpy_dtype(device, engine=True), with_numpy=True, size=size)
+        sc = self.build(record, device, data, s.numpy_dtype(device, engine=True), with_numpy=True, size=size)
         sc.call(checks.numpy_view)
 
-    @pytest.mark.cpugpu_promise("8")
     @pytest.mark.parametrize("method", checks.COPY_METHODS)
     @SIZES
-    @ENGINE
-    @given(data=st.data())
+    @property_test(P.PARTIAL_COPIES, examples=ENGINE)
     def test_engine_scale_partial_copy(self, record, device, method, size, data):
-        sc = self.build(record, "8", device, data, s.byte_dtype(device, engine=True), size=size)
+        sc = self.build(record, device, data, s.byte_dtype(device, engine=True), size=size)
         sc.bind(method=method, n=None)  # the whole buffer, every time: the case engines use most
         sc.call(checks.partial_copy)
         sc.bind(n=data.draw(s.slice_end(size[0]), label="n"))
         sc.call(checks.partial_copy)
 
-    @pytest.mark.cpugpu_promise("9")
     @SIZES
-    @ENGINE
-    @given(data=st.data())
+    @property_test(P.FOR_LIFE, examples=ENGINE)
     def test_engine_scale_copies_keep_the_storages(self, record, device, size, data):
-        sc = self.build(record, "9", device, data, s.byte_dtype(device, engine=True), size=size)
+        sc = self.build(record, device, data, s.byte_dtype(device, engine=True), size=size)
         sc.call(checks.capture, into=("captured", "storages"))
         sc.bind(calls=[("copy_to_gpu", None), ("copy_to_cpu", None)])
         sc.call(checks.copies)

@@ -10,12 +10,12 @@ caching allocator must hand out distinct, zeroed memory). `make()` builds a buff
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
-from . import budget
+from cpugpu_conformance import promises as P
+
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
 from .helpers import expected_bytes, fill_bytes, raw, sync
 from .reproducer import Name
 
@@ -73,13 +73,11 @@ def buffer_specs(draw, device: str):
 class IndependenceTests(BufferTests):
     """Promise 13: buffers made one after another share nothing, and each starts zeroed."""
 
-    @pytest.mark.cpugpu_promise("13")
     @pytest.mark.cpugpu_costly
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.INDEPENDENT)
     def test_buffers_are_independent(self, record, device, data):
         specs = data.draw(buffer_specs(device), label="buffers")
-        sc = self.scenario(record, "13", device, pin_memory=data.draw(s.pin_memory_for(device), label="pin_memory"),
+        sc = self.scenario(record, device, pin_memory=data.draw(s.pin_memory_for(device), label="pin_memory"),
                            with_numpy=False, buffers={})
         live: list[int] = []
         for i, (size, info) in enumerate(specs):

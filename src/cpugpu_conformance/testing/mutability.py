@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
 from hypothesis import strategies as st
 
-from . import budget
+from cpugpu_conformance import promises as P
+
 from . import strategies as s
-from .base import BufferTests
+from .base import BufferTests, property_test
 from .helpers import raw, sync
 from .reproducer import Name
 
@@ -92,11 +92,9 @@ def mutations(draw, with_numpy: bool):
 class MutabilityTests(BufferTests):
     """Promise 3: mutable wherever made, inside and outside inference mode."""
 
-    @pytest.mark.cpugpu_promise("3")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.MUTABLE)
     def test_mutable_wherever_made(self, record, device, data):
-        sc = self.build(record, "3", device, data, s.fillable_dtype(device), contexts=True)
+        sc = self.build(record, device, data, s.fillable_dtype(device), contexts=True)
         sc.call(not_inference)
         sc.call(plain_tensors, into=("model_cpu", "model_gpu"))
         drawn = data.draw(st.lists(mutations(sc["with_numpy"]), min_size=1, max_size=4), label="mutations")
@@ -104,13 +102,13 @@ class MutabilityTests(BufferTests):
             sc.call(mutate, Name("buf"), Name("model_cpu"), Name("model_gpu"), target=target, op=op, k=k,
                     inside_inference_mode=inside)
         if any(target == "np" for target, *_ in drawn):
-            record.blame("5")  # a NumPy write that did not land: np is no view of cpu
+            record.blame(P.NUMPY_VIEW)  # a NumPy write that did not land: np is no view of cpu
         sc.call(holds_what_was_written)
         record.blame(None)
         sc.call(not_inference)
 
-    @pytest.mark.cpugpu_promise("3")
+    @pytest.mark.cpugpu_promise(P.MUTABLE)
     def test_original_bug_buffer_made_in_inference_mode(self, record, device):
         """vLLM's elastic EP scaling: buffers rebuilt inside inference_mode(), then updated in place outside it."""
-        sc = self.scenario(record, "3", device, size=(4, 3), dtype=torch.float32, pin_memory=False, with_numpy=True)
+        sc = self.scenario(record, device, size=(4, 3), dtype=torch.float32, pin_memory=False, with_numpy=True)
         sc.call(original_bug)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
 from hypothesis import strategies as st
+
+from cpugpu_conformance import promises as P
 
 from . import budget, checks, dtypes
 from . import strategies as s
-from .base import BufferTests, construct_blamed
+from .base import BufferTests, construct_blamed, property_test
 from .reproducer import Name
 
 
@@ -45,48 +46,38 @@ def refuses_a_wrong_view(make, dtype):
 class NumpyViewTests(BufferTests):
     """Promise 5: buf.np is a NumPy view of buf.cpu, and with_numpy defaults to True."""
 
-    @pytest.mark.cpugpu_promise("5")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.NUMPY_VIEW)
     def test_numpy_view_shares_memory(self, record, device, data):
-        sc = self.build(record, "5", device, data, s.numpy_dtype(device), with_numpy=True)
+        sc = self.build(record, device, data, s.numpy_dtype(device), with_numpy=True)
         sc.call(checks.numpy_view)
 
-    @pytest.mark.cpugpu_promise("5")
-    @budget.share(10, floor=10)
-    @given(data=st.data())
+    @property_test(P.NUMPY_VIEW, examples=budget.share(10, floor=10))
     def test_numpy_view_by_default(self, record, device, data):
         """Callers rely on `.np` without passing the flag: with_numpy defaults to True."""
-        sc = self.build(record, "5", device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
+        sc = self.build(record, device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
         del sc.ns["with_numpy"]  # make() leaves it to the constructor's default
-        construct_blamed(record, "1", lambda: sc.call(Name("make"), into="buf"))
+        construct_blamed(record, P.SHAPE_AND_DTYPE, lambda: sc.call(Name("make"), into="buf"))
         sc.call(checks.numpy_view)
 
 
 class ExoticDtypeTests(BufferTests):
     """Promises 6 and 7: bfloat16 and the dtypes NumPy lacks, with and without a NumPy view."""
 
-    @pytest.mark.cpugpu_promise("6")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.BFLOAT16_PATH)
     def test_bfloat16_with_numpy_raises_value_error(self, record, device, data):
         if not hasattr(torch, "bfloat16"):
             pytest.skip("this torch has no bfloat16")
         bf16 = st.just(dtypes.by_name("bfloat16", device))
-        sc = self.build(record, "6", device, data, bf16, with_numpy=True, construct=False)
+        sc = self.build(record, device, data, bf16, with_numpy=True, construct=False)
         sc.call(bfloat16_with_numpy_raises_value_error)
 
-    @pytest.mark.cpugpu_promise("6")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.BFLOAT16_PATH)
     def test_without_numpy_every_dtype_works(self, record, device, data):
-        sc = self.build(record, "6", device, data, s.any_dtype(device), with_numpy=False)
+        sc = self.build(record, device, data, s.any_dtype(device), with_numpy=False)
         sc.call(no_np_attribute)
 
-    @pytest.mark.cpugpu_promise("7")
-    @budget.whole()
-    @given(data=st.data())
+    @property_test(P.NO_WRONG_VIEWS)
     def test_no_silent_wrong_views(self, record, device, data):
         exotic = s.non_numpy_dtype(device, include_bfloat16=False)
-        sc = self.build(record, "7", device, data, exotic, with_numpy=True, construct=False)
+        sc = self.build(record, device, data, exotic, with_numpy=True, construct=False)
         sc.call(refuses_a_wrong_view)

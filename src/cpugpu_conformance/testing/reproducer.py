@@ -46,8 +46,9 @@ class Record:
     (in xdist workers or threads) never see each other's reproducer or blame.
     """
 
-    def __init__(self, impl_import: str = DEFAULT_IMPORT) -> None:
+    def __init__(self, impl_import: str = DEFAULT_IMPORT, promise: str | None = None) -> None:
         self.impl_import = impl_import
+        self.promise = promise  # the test's own (its first cpugpu_promise marker)
         self.observed: str | None = None
         self.blamed: str | None = None
         self._last: tuple[Scenario, Step | None] | None = None

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
 from cpugpu_conformance import devices
+from cpugpu_conformance import promises as P
 
 from . import budget
 from . import strategies as s
-from .base import BufferTests, construct_in
+from .base import BufferTests, construct_in, property_test
 from .helpers import sync
 from .reproducer import Name, per_device
 
@@ -80,12 +79,10 @@ class SideEffectTests(BufferTests):
             pytest.skip(why)
         return context
 
-    @pytest.mark.cpugpu_promise("12")
-    @PER_CONTEXT
-    @given(data=st.data())
+    @property_test(P.NO_SIDE_EFFECTS, examples=PER_CONTEXT)
     def test_no_side_effects_on_the_caller(self, record, device, changing_context, data):
         """`context`: every creation context of the device, one test each (the plugin parametrizes it)."""
-        sc = self.build(record, "12", device, data, s.byte_dtype(device), construct=False)
+        sc = self.build(record, device, data, s.byte_dtype(device), construct=False)
         sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
         sc.call(caller_state, into="outer")
         construct_in(sc, changing_context, built_and_used, Name("make"), Name("n"), Name("device"))

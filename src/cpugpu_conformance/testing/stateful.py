@@ -27,6 +27,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from cpugpu_conformance import promises as P
+
 from . import budget, dtypes
 from . import strategies as s
 from .base import BufferTests, construct_blamed, construct_in
@@ -106,7 +108,14 @@ def numpy_still_views(buf, expected_cpu, with_numpy):
         assert (buf.np == expected_cpu).all(), f"buf.np holds {buf.np.tolist()}, expected {expected_cpu.tolist()}"
 
 
-INVARIANT = (("3", not_inference_tensors), ("9", same_storages), ("8", holds_the_model), ("5", numpy_still_views))
+INVARIANT = (
+    (P.MUTABLE, not_inference_tensors),
+    (P.FOR_LIFE, same_storages),
+    (P.PARTIAL_COPIES, holds_the_model),
+    (P.NUMPY_VIEW, numpy_still_views),
+)
+# What the machine checks, in the contract's order.
+PROMISES = tuple(sorted((promise for promise, _ in INVARIANT), key=int))
 
 
 def _model_dtypes(device: str, shard: str) -> tuple[dtypes.DtypeInfo, ...]:
@@ -128,7 +137,7 @@ class BufferStateMachine(RuleBasedStateMachine):
         """A machine for `buffer_cls` (or for a test class's make_buffer, `suite`) on `device`."""
         if suite is None:
             suite = type("Suite", (BufferTests,), {"buffer_cls": buffer_cls})()
-        record = record or Record(suite._import_line())
+        record = record or Record(suite._import_line(), promise=PROMISES[0])
         attrs = {"suite": suite, "record": record, "device": device, "shard": shard}
         return type(f"BufferMachine_{device}_{shard}", (cls,), attrs)
 
@@ -141,7 +150,7 @@ class BufferStateMachine(RuleBasedStateMachine):
     def construct(self, data):
         info = data.draw(st.sampled_from(_model_dtypes(self.device, self.shard)), label="dtype")
         self.sc = self.suite.scenario(
-            self.record, "8", self.device, title="state machine: writes, copies and inference mode",
+            self.record, self.device, title="state machine: writes, copies and inference mode",
             size=data.draw(s.sizes, label="size"),
             dtype=info.dtype,
             pin_memory=data.draw(s.pin_memory_for(self.device), label="pin_memory"),
@@ -150,7 +159,7 @@ class BufferStateMachine(RuleBasedStateMachine):
         )
         context = data.draw(s.contexts_for(self.device), label="context")
         # A constructor that raises refuses valid arguments: promise 1.
-        construct_blamed(self.record, "1", lambda: construct_in(self.sc, context))
+        construct_blamed(self.record, P.SHAPE_AND_DTYPE, lambda: construct_in(self.sc, context))
         self.sc.call(capture_tensors, into=("captured", "captured_np"))
         model_dtype = np.float32 if info.name == "bfloat16" else np.dtype(info.numpy)
         self.model = {side: np.zeros(self.sc["size"], dtype=model_dtype) for side in ("cpu", "gpu")}
@@ -166,7 +175,7 @@ class BufferStateMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), side=st.sampled_from(["cpu", "gpu"]), value=st.integers(0, 3))
     def torch_assign(self, data, side, value):
-        self.record.blame("3")  # an in-place write that raises
+        self.record.blame(P.MUTABLE)  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.call(assign, Name("buf"), side, a, b, value)
@@ -174,7 +183,7 @@ class BufferStateMachine(RuleBasedStateMachine):
 
     @rule(side=st.sampled_from(["cpu", "gpu"]))
     def torch_add(self, side):
-        self.record.blame("3")  # an in-place write that raises
+        self.record.blame(P.MUTABLE)  # an in-place write that raises
         if self.is_bool:
             self.sc.call(negate, Name("buf"), side)
             self.model[side] = np.logical_not(self.model[side])
@@ -185,7 +194,7 @@ class BufferStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sc["with_numpy"])
     @rule(data=st.data(), value=st.integers(0, 3))
     def numpy_assign(self, data, value):
-        self.record.blame("3")  # an in-place write that raises
+        self.record.blame(P.MUTABLE)  # an in-place write that raises
         value = value % 2 if self.is_bool else value
         a, b = self._bounds(data)
         self.sc.call(assign, Name("buf"), "np", a, b, value)
@@ -194,7 +203,7 @@ class BufferStateMachine(RuleBasedStateMachine):
     @rule(data=st.data(), direction=st.sampled_from(["copy_to_gpu", "copy_to_cpu"]))
     def copy(self, data, direction):
         n = data.draw(s.slice_end(self.length), label="n")
-        self.record.blame("8")
+        self.record.blame(P.PARTIAL_COPIES)
         src, dst = ("cpu", "gpu") if direction == "copy_to_gpu" else ("gpu", "cpu")
         self.sc.call(copy, Name("buf"), direction, n)
         self.model[dst][:n] = self.model[src][:n]
@@ -214,7 +223,7 @@ class BufferStateMachine(RuleBasedStateMachine):
         # The checks read the host; a copy may still be landing. The wait is a step, not part
         # of a check (only the last check stays in the reproducer), so the pasted script
         # waits after every step where the run did, and is as race-free as the run.
-        self.record.blame("8")  # a copy that failed on the device surfaces at the wait
+        self.record.blame(P.PARTIAL_COPIES)  # a copy that failed on the device surfaces at the wait
         self.sc.call(sync)
         expected = {"expected_cpu": self.model["cpu"].copy(), "expected_gpu": self.model["gpu"].copy()}
         for promise, check in INVARIANT:
@@ -237,9 +246,9 @@ class BufferStateMachine(RuleBasedStateMachine):
 class StateMachineTests(BufferTests):
     """Promises 3, 5, 8 and 9, by the state machine: each shard of model dtypes is one test."""
 
-    @pytest.mark.cpugpu_promise("3", "5", "8", "9")
     @pytest.mark.cpugpu_costly
     @pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
+    @pytest.mark.cpugpu_promise(*PROMISES)
     def test_buffer_state_machine(self, record, device, shard):
         machine = BufferStateMachine.for_class(device=device, shard=shard, suite=self, record=record)
         run_state_machine_as_test(machine, settings=self.state_machine_settings())
