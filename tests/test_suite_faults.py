@@ -78,7 +78,7 @@ def test_crashed_xdist_worker_makes_the_cell_crashed(tmp_path):
     assert run.returncode != 0, run.stdout[-3000:]
     cell = run.cell
     assert cell.status == "crashed", (cell.status, cell.detail)
-    assert "SIGSEGV" in cell.detail and "test_construction.py::test_" in cell.detail, cell.detail
+    assert "SIGSEGV" in cell.detail and "test_contract.py::TestContract::test_" in cell.detail, cell.detail
     assert cell.answer().kind == "crashed"
     assert cell.outcome("1", "cpu").kind == "crashed"
     assert "killed by SIGSEGV" in run.stdout, "the terminal report does not name the signal"

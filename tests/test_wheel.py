@@ -34,7 +34,9 @@ def installed(tmp_path_factory, wheel):
 def test_the_wheel_holds_the_suite_inside_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "cpugpu_conformance/suite/conftest.py" in names and "cpugpu_conformance/suite/suite.ini" in names
-    assert "cpugpu_conformance/suite/test_mutability.py" in names
+    assert "cpugpu_conformance/suite/test_contract.py" in names
+    # The suite's tests are the library's: the wheel that holds one holds the other.
+    assert "cpugpu_conformance/testing/plugin.py" in names and "cpugpu_conformance/testing/contract.py" in names
     assert not [n for n in names if n.startswith("conformance/")], "a top-level `conformance` package is too generic a name"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     metadata = zipfile.ZipFile(wheel).read("cpugpu_conformance-0.1.0.dist-info/METADATA").decode()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from cpugpu_conformance import promises as P
 
-from . import budget, checks
+from . import budget, checks, dtypes
 from . import strategies as s
 from .base import BufferTests, property_test
 
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
 PER_CONTEXT = budget.share(10, floor=10)
+# The dtypes torch.set_default_dtype can make the default.
+DEFAULT_STAND_INS = ("float32", "float64", "float16")
 
 
 class ShapeAndDtypeTests(BufferTests):
@@ -20,6 +22,13 @@ class ShapeAndDtypeTests(BufferTests):
     def test_shape_dtype_and_device(self, record, device, context, data):
         sc = self.build(record, device, data, s.defaults_sensitive_dtype(device), context=context)
         sc.call(checks.shape_dtype_device)
+        # And every example the floating dtypes a default dtype stands in for: a class that passes
+        # dtype=None for "the default anyway" is wrong for one of them in one context only, which
+        # a dozen draws per context can miss (the derandomized ci run of Float32IsDefaultBuffer did).
+        for info in dtypes.all_dtypes(device):
+            if info.name in DEFAULT_STAND_INS:
+                sc = self.build(record, "1", device, data, st.just(info), context=context)
+                sc.call(checks.shape_dtype_device)
 
 
 class ZeroedTests(BufferTests):

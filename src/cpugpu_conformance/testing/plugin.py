@@ -241,7 +241,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ours = [item for item in items if _ours(getattr(item, "cls", None))]
     if not ours:
         return
-    _check_classes(config, ours)
+    if REFUSED not in config.stash:  # a worker that could not load the class has none to check
+        _check_classes(config, ours)
     # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
     # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
     # handed out last leaves the other workers idle while it runs. A project's own tests keep their place.
