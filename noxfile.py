@@ -236,11 +236,13 @@ def workflow_checks() -> list[list[str]]:
 
 @nox.session(python=MATRIX.python, reuse_venv=True)
 def lint(session: nox.Session) -> None:
-    """ruff, matrix.yaml, and the CI workflows."""
+    """ruff, mypy on the library (its checks are ordinary, typed functions), matrix.yaml, and the CI workflows."""
     checks = workflow_checks()
-    session.install("ruff", "-e", ".[tools]", *(["check-jsonschema", "zizmor"] if checks else []))
+    session.install("ruff", "mypy", "-e", ".[tools]", *(["check-jsonschema", "zizmor"] if checks else []))
     failed = []
-    for command in [["ruff", "check", "."], ["python", "-m", "cpugpu_conformance.matrix", str(MATRIX.path)], *checks]:
+    library = ["mypy", "src/cpugpu_conformance/testing"]
+    for command in [["ruff", "check", "."], library, ["python", "-m", "cpugpu_conformance.matrix", str(MATRIX.path)],
+                    *checks]:
         try:  # every check runs, so one run shows every problem
             session.run(*command)
         except CommandFailed:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import pytest
 from device_marker import missing_device
 
+from cpugpu_conformance.testing import reports
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*names): the devices a test needs; skipped, with the reason, where one is missing")
+    # The tests import the library's classes (their marks) without enabling its plugin.
+    reports.register_markers(config)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -7,11 +7,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
-import warnings
 from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 import cpugpu_conformance.testing as testing
 from cpugpu_conformance import devices
@@ -19,11 +16,8 @@ from cpugpu_conformance.testing.reproducer import Record, Scenario, Step
 
 
 def _import_library() -> list[Any]:
-    """Every module of the library. Its test classes carry its marks, which its plugin registers,
-    and the plugin is not loaded in the project's own tests: imported here first, quietly."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-        return [importlib.import_module(f"{testing.__name__}.{info.name}") for info in pkgutil.iter_modules(testing.__path__)]
+    """Every module of the library (tests/conftest.py registers its marks)."""
+    return [importlib.import_module(f"{testing.__name__}.{info.name}") for info in pkgutil.iter_modules(testing.__path__)]
 
 
 LIBRARY = _import_library()

@@ -5,7 +5,6 @@ teardown error over it, no other promise's name on it, and a reproducer that rai
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 from suite_runner import TESTS, run_script, run_suite
@@ -43,9 +42,7 @@ STILL_ELSEWHERE = {"6", "12"}
 
 def area_of(nodeid: str) -> str:
     """The area class (testing.AREAS) that defines the test a node id names."""
-    with warnings.catch_warnings():  # its marks are the plugin's, which this run does not enable
-        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-        from cpugpu_conformance.testing import AREAS
+    from cpugpu_conformance.testing import AREAS  # tests/conftest.py registers its marks
     name = nodeid.split("::")[-1].split("[")[0]
     [area] = [cls.__name__ for cls in AREAS if name in vars(cls)]
     return area

@@ -24,7 +24,7 @@ from suite_runner import run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing import contexts, helpers, plan, recording, side_effects
+from cpugpu_conformance.testing import contexts, helpers, plan, recording, reports, side_effects
 from cpugpu_conformance.testing.checks import COPY_METHODS
 from cpugpu_conformance.testing.device_promises import (
     allow_sync,
@@ -164,8 +164,8 @@ def test_a_passed_promise_with_a_check_that_could_not_run_says_so(tmp_path):
     """The skipped check is untested: the pass rests on the checks that ran, and the result says which did not."""
     recorder = recorder_with(plan.plan_devices("all", {}), tmp_path)
     why = "context cuda_device_last: with 1 CUDA device, ... cannot fire (it needs two CUDA devices)"
-    recorder.tallies[("12", "cuda")] = recording.Tally(passed=14, skipped=1, reasons=[why])
-    recorder.tallies[("12", "cpu")] = recording.Tally(passed=12)
+    recorder.tallies[("12", "cuda")] = reports.Tally(passed=14, skipped=1, reasons=[why])
+    recorder.tallies[("12", "cpu")] = reports.Tally(passed=12)
     entry = recorder._entry("12", "cuda")
     assert entry["verdict"] == "passed" and entry["skipped"] == 1 and entry["reason"].endswith("untested: " + why)
     assert "reason" not in recorder._entry("12", "cpu")
@@ -292,7 +292,7 @@ def test_the_recorder_writes_promise_11_not_applicable_with_why_beside_an_accele
     entry = recorder._entry("11", "cpu")
     assert entry["verdict"] == "not_applicable" and entry["reason"] == promises.not_applicable("11", "cpu", ("cuda",))
     alone = recorder_with(plan.plan_devices("cpu", NO_ACCELERATOR), tmp_path)
-    alone.tallies[("11", "cpu")] = recording.Tally(passed=2, observed=["size (4,): raises RuntimeError: no"])
+    alone.tallies[("11", "cpu")] = reports.Tally(passed=2, observed=["size (4,): raises RuntimeError: no"])
     assert alone._entry("11", "cpu")["verdict"] == "recorded"
 
 

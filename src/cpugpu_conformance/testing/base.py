@@ -20,7 +20,7 @@ from cpugpu_conformance import promises as P
 from . import budget
 from . import strategies as s
 from .contexts import PLAIN, Context
-from .recording import RECORD, promises_of
+from .reports import RECORD, promises_of
 from .reproducer import Name, Record, Scenario, import_line
 
 
@@ -128,7 +128,7 @@ def construct_in(sc: Scenario, context: Context, *call: Any) -> Any:
     return sc.call(context.enter, *call, into="buf")
 
 
-def constructor_promise(promise: str, ctx: Context) -> str:
+def constructor_promise(promise: str | None, ctx: Context) -> str:
     """The promise a constructor that raises breaks: the arguments it was given are all allowed
     (promise 1, shape and dtype), unless the test's own promise is about the construction itself:
     every dtype without NumPy (6), under a mode or in a thread (3, in a context other than the

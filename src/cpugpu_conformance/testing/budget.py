@@ -56,7 +56,14 @@ def share(divisor: int, floor: int) -> settings:
     For tests whose main axis is a pytest parameter (a creation context, an engine-scale
     size): each parameter needs only a few examples.
     """
-    return settings(max_examples=max(floor, settings.default.max_examples // divisor), **NEEDED)
+    return settings(max_examples=max(floor, profile_examples() // divisor), **NEEDED)
+
+
+def profile_examples() -> int:
+    """max_examples of the profile in force."""
+    current = settings.default
+    assert current is not None, "hypothesis always has a profile loaded"
+    return current.max_examples
 
 
 def whole() -> settings:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from cpugpu_conformance import promises as P
 
 from . import budget, checks, dtypes
@@ -27,7 +29,7 @@ class ShapeAndDtypeTests(BufferTests):
         # a dozen draws per context can miss (the derandomized ci run of Float32IsDefaultBuffer did).
         for info in dtypes.all_dtypes(device):
             if info.name in DEFAULT_STAND_INS:
-                sc = self.build(record, "1", device, data, st.just(info), context=context)
+                sc = self.build(record, device, data, st.just(info), context=context)
                 sc.call(checks.shape_dtype_device)
 
 

@@ -14,6 +14,7 @@ Contexts only one device has (a CUDA side stream, say) are listed with it, in de
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,5 +143,5 @@ AMBIENT: tuple[Context, ...] = tuple(
 def contexts_for(device: str) -> tuple[Context, ...]:
     """Every context a buffer for `device` is built in: the common ones, then the device's own (devices.py)."""
     dev = devices.get(device)
-    own = tuple(Context(f.__name__, f, lambda name=f.__name__: dev.inert_context(name)) for f in dev.contexts)
+    own = tuple(Context(f.__name__, f, functools.partial(dev.inert_context, f.__name__)) for f in dev.contexts)
     return CONTEXTS + AMBIENT + own

@@ -132,7 +132,7 @@ class DeviceTests(BufferTests):
         dev = devices.get(device)
         how = devices.non_blocking_check(dev, os.environ, dev.forbids_sync())
         if how.method is None:
-            pytest.skip(how.reason)
+            pytest.skip(how.reason or "this machine cannot see whether a copy blocks")
         return how
 
     @property_test(P.CUDA_SPECIFICS)

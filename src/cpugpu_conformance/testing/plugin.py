@@ -32,7 +32,7 @@ import pytest
 
 from cpugpu_conformance import devices
 
-from . import budget, recording
+from . import budget, recording, reports
 from .plan import (
     as_facts,
     check_device_option,
@@ -45,17 +45,15 @@ from .plan import (
     wanted,
 )
 from .recording import (
-    COSTLY_MARK,
-    DEVICES_MARK,
     LOAD_CLASS,
     PLAN,
     PROMISE_FILTER,
-    PROMISE_MARK,
     REFUSED,
     SUITE_EXIT,
     TESTED_CLASSES,
     WARNINGS,
 )
+from .reports import COSTLY_MARK, DEVICES_MARK
 
 PROFILE_PREFIX = "cpugpu-"
 budget.register_profiles(PROFILE_PREFIX)
@@ -72,7 +70,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="device(s) to test; a missing device is skipped, never passed (default: every device this machine has)",
     )
     group.addoption("--cpugpu-cell-result", dest="cpugpu_cell_result", metavar="PATH", default=None,
-                    help="write the verdict of every promise and device to this JSON file (the exit code then says it too)")
+                    help="write the verdict of every promise and device to this JSON file "
+                         "(the exit code then says it too)")
     group.addoption("--cpugpu-cell-name", dest="cpugpu_cell_name", metavar="NAME", default=None,
                     help="name of this cell in the result file (default: torch-<version>)")
     group.addoption("--cpugpu-promise", dest="cpugpu_promise", metavar="N[,N...]", default=None,
@@ -80,9 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{PROMISE_MARK}(*numbers): the CONTRACT.md promises a test checks")
-    config.addinivalue_line("markers", f"{DEVICES_MARK}(*names): the only devices a test runs on (devices.py names)")
-    config.addinivalue_line("markers", f"{COSTLY_MARK}: a test that takes many times the others (run first, for xdist's balance)")
+    reports.register_markers(config)
     config.stash[WARNINGS] = []
     config.stash[TESTED_CLASSES] = []
     if getattr(config.option, "max_warnings", None) is not None and config.stash.get(SUITE_EXIT, False):
@@ -125,14 +122,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workeroutput"):  # for the controller, which imported no torch
         config.workeroutput[_WORKER_FACTS] = {
             "plan": as_facts(plan),
-            "warnings": list(config.stash[WARNINGS]),
+            "warnings": config.stash[WARNINGS].copy(),
             "refused": config.stash.get(REFUSED, None),
         }
 
 
 def _hands_tests_to_workers(config: pytest.Config) -> bool:
     """pytest-xdist's controller, which runs no test itself (with --collect-only it collects)."""
-    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and not config.getoption("collectonly")
+    workers = config.getoption("dist", "no") != "no"
+    return not hasattr(config, "workerinput") and workers and not config.getoption("collectonly")
 
 
 def _configure_controller(config: pytest.Config) -> None:
@@ -210,6 +208,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not _ours(metafunc.cls) or "device" not in metafunc.fixturenames:
         return  # a project's own tests, and its own `device` fixture, are its business
     plan = metafunc.config.stash[PLAN]
+    assert plan is not None, "tests are made where the plan is known (not in xdist's controller)"
 
     def param(device: str, *values: object, id: str) -> object:
         marks = pytest.mark.skip(reason=plan.skipped[device]) if device in plan.skipped else ()
@@ -233,7 +232,8 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
     except ValueError as exc:
         raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
     plan = item.config.stash[PLAN]  # None only in xdist's controller, which runs no test
-    return wanted(recording.promises_of(item), recording.device_of(item), chosen, allowed, plan.accelerators if plan else ())
+    accelerators = plan.accelerators if plan else ()
+    return wanted(reports.promises_of(item), reports.device_of(item), chosen, allowed, accelerators)
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: the classes left are the ones tested
@@ -246,7 +246,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
     # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
     # handed out last leaves the other workers idle while it runs. A project's own tests keep their place.
-    first = sorted(ours, key=lambda item: (not item.name.startswith("test_original_bug"), item.get_closest_marker(COSTLY_MARK) is None))
+    def order_key(item: pytest.Item) -> tuple[bool, bool]:
+        return not item.name.startswith("test_original_bug"), item.get_closest_marker(COSTLY_MARK) is None
+
+    first = sorted(ours, key=order_key)
     order = iter(first)
     items[:] = [next(order) if _ours(getattr(item, "cls", None)) else item for item in items]
     drop: list[pytest.Item] = []
@@ -264,7 +267,7 @@ def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test class names the class under test; a result file is about one class."""
     tested: dict[str, str] = {}
     for item in items:
-        cls = item.cls
+        cls: Any = getattr(item, "cls", None)
         if cls.buffer_cls is None and cls.make_buffer is _base_make_buffer():
             raise pytest.UsageError(f"{cls.__module__}.{cls.__qualname__}: set buffer_cls to the class under test "
                                     "(or override make_buffer)")
@@ -272,8 +275,8 @@ def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
         tested.setdefault(spec, f"{cls.__module__}.{cls.__qualname__}")
     if len(tested) > 1 and config.getoption("cpugpu_cell_result"):
         names = ", ".join(f"{where} tests {spec}" for spec, where in sorted(tested.items()))
-        raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, and this run "
-                                f"has {len(tested)} ({names}): select one with -k")
+        raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, "
+                                f"and this run has {len(tested)} ({names}): select one with -k")
     config.stash[TESTED_CLASSES] = sorted(tested)
     recorder = config.pluginmanager.get_plugin("cpugpu-cell-recorder")
     if recorder is not None and not recorder.impl:
@@ -286,7 +289,7 @@ def _base_make_buffer() -> Any:
     return BufferTests.make_buffer
 
 
-def _spec_of(cls: type) -> str:
+def _spec_of(cls: Any) -> str:
     target = cls.buffer_cls if cls.buffer_cls is not None else cls
     return f"{target.__module__}:{target.__qualname__}"
 
@@ -295,7 +298,7 @@ def _spec_of(cls: type) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     if _ours(getattr(item, "cls", None)):
-        recording.annotate(item, report)
+        reports.annotate(item, report)
     return report
 
 

@@ -13,13 +13,10 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import platform
-import signal
-import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -27,16 +24,14 @@ from cpugpu_conformance import devices, results
 from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
 
 from .plan import DevicePlan, flags, in_contract_order
-
-if TYPE_CHECKING:  # repro imports torch, which xdist's controller never needs
-    from .reproducer import Record
+from .reports import CRASH_PHASE, Crash, Tally, message, skip_reason, worker_exit, worker_id
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()  # the shipped suite's loaded --impl (impl.Impl)
 IMPL_SPEC = pytest.StashKey[str]()  # how the result file names the class under test
 PLAN: pytest.StashKey[DevicePlan | None] = pytest.StashKey()  # None: xdist's controller, until a worker reports
 PROMISE_FILTER = pytest.StashKey[Any]()
-WARNINGS = pytest.StashKey[list]()
+WARNINGS = pytest.StashKey[list[str]]()
 # Set by a run that wants the suite's exit status whatever it writes (the shipped suite).
 SUITE_EXIT = pytest.StashKey[bool]()
 # Set by the shipped suite: loads the class under test, after the torch observations are taken
@@ -46,18 +41,7 @@ LOAD_CLASS = pytest.StashKey[Any]()
 TESTED_CLASSES = pytest.StashKey[list]()
 # The one-line refusal of an xdist worker that could not load the class under test.
 REFUSED = pytest.StashKey[str]()
-# The test's own Record (reproducer, blame, observation), put on its item by the fixture.
-RECORD: pytest.StashKey[Record] = pytest.StashKey()
 
-# The markers the plugin registers (namespaced: a project's own `promise` marker is its own).
-PROMISE_MARK = "cpugpu_promise"
-DEVICES_MARK = "cpugpu_devices"
-COSTLY_MARK = "cpugpu_costly"
-
-REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
-
-# xdist's report for a test whose worker died has this phase.
-CRASH_PHASE = "???"
 
 # The suite's exit status when some promises asked for were tested and held, and others went
 # untested (pytest's own codes end at 5, "nothing was tested").
@@ -80,51 +64,6 @@ def exit_status(pytest_status: int, answer: results.Answer) -> int:
         return int(pytest.ExitCode.TESTS_FAILED)
     tested = answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
     return PARTLY_TESTED if tested else int(pytest.ExitCode.NO_TESTS_COLLECTED)
-
-
-def promises_of(item: pytest.Item) -> set[str]:
-    """The promises a test checks: its marker, or, for a project's override of a library test
-    (an opt-out: ``@pytest.mark.skip(...) def test_x(self): ...``), the marker of the test it
-    overrides, so that its skip is recorded against the promise, with its reason."""
-    marked = {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
-    if marked:
-        return marked
-    name = getattr(item, "originalname", item.name)
-    for base in getattr(getattr(item, "cls", None), "__mro__", ())[1:]:
-        overridden = vars(base).get(name)
-        if overridden is not None:
-            return {str(n) for mark in getattr(overridden, "pytestmark", []) if mark.name == PROMISE_MARK for n in mark.args}
-    return set()
-
-
-def device_of(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("device") if callspec else None
-
-
-def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
-    """Put the test's promises, device and Record on its report, which travels to the controller."""
-    report.user_properties.append(("promises", sorted(promises_of(item))))
-    report.user_properties.append(("device", device_of(item)))
-    record = item.stash.get(RECORD, None)
-    if report.when != "call" or record is None:
-        return
-    if record.observed is not None:
-        report.user_properties.append(("observed", record.observed))
-    if report.failed:
-        if record.blamed is not None:
-            report.user_properties.append(("blame", record.blamed))
-        script = record.reproducer()
-        if script:
-            report.user_properties.append(("reproducer", script))
-            report.sections.append((REPRO_SECTION, script))
-
-
-def _message(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        return crash.message.strip()
-    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
 
 
 def environment() -> dict[str, Any]:
@@ -150,63 +89,6 @@ def _observations() -> dict[str, Any]:
     except ImportError:
         return {}
     return observe.observe_all()
-
-
-def worker_exit(node: Any) -> str:
-    """How an xdist worker process ended, from its exit status: 'killed by SIGSEGV (signal 11)'."""
-    # execnet keeps the worker's Popen on the gateway's IO; there is no public way to it.
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
-    if popen is None:
-        return "ended (its exit status is unknown)"
-    try:
-        code = popen.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return "stopped answering (its process is still alive)"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name} (signal {-code})"
-    return f"exited with status {code}"
-
-
-@dataclass
-class Tally:
-    """What the tests of one promise on one device did."""
-
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    observed: list[str] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped}
-
-
-@dataclass
-class Crash:
-    worker: str
-    how: str  # "was killed by SIGSEGV (signal 11)"
-    test: str | None = None
-
-    def line(self) -> str:
-        running = f"while running {self.test}" if self.test else "while no test was running"
-        return f"xdist worker {self.worker} {self.how} {running}"
-
-
-def _worker_id(report: pytest.TestReport) -> str:
-    """The xdist worker (gw0, ...) a crash report names."""
-    return str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?"))
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):  # an expected failure (an opt-out by xfail): its reason
-        return f"expected to fail (xfail): {report.wasxfail or 'no reason given'}"
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    return reason.removeprefix("Skipped: ")
 
 
 class CellRecorder:
@@ -249,18 +131,22 @@ class CellRecorder:
 
     def hold(self) -> None:
         """Take the result path (a second run on it refuses) and mark it in progress."""
+        assert self.path is not None, "hold() is for a run with a result path"
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(results.exclusive(self.path))
         except (results.ResultPathBusy, results.NotRegularFile) as exc:
             raise pytest.UsageError(f"{self.flags['cell_result']} {exc}") from None
         except OSError as exc:
-            raise pytest.UsageError(f"{self.flags['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise self._cannot_write(exc) from None
         self.config.add_cleanup(stack.close)
         try:
             results.placeholder(self.name, **self._run_fields()).write(self.path)
         except OSError as exc:
-            raise pytest.UsageError(f"{self.flags['cell_result']} {self.path}: cannot write: {exc.strerror or exc}") from None
+            raise self._cannot_write(exc) from None
+
+    def _cannot_write(self, exc: OSError) -> pytest.UsageError:
+        return pytest.UsageError(f"{self.flags['cell_result']} {self.path}: cannot write: {exc.strerror or exc}")
 
     def observe(self) -> None:
         """The torch behaviour the contract rests on, taken before the class under test is imported."""
@@ -272,8 +158,15 @@ class CellRecorder:
         self._write(results.CellResult.new(self.name, "error", detail=f"usage error (pytest exit status 4): {message}",
                                            pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR), **self._run_fields()))
 
+    @property
+    def planned(self) -> DevicePlan:
+        """The device plan, once there is one (every hook that reads it runs after pytest_configure)."""
+        plan = self.plan
+        assert plan is not None, "no device plan yet"
+        return plan
+
     def _requested(self) -> dict[str, Any]:
-        return {"device": self.plan.option or "default", "promises": in_contract_order(self.chosen)}
+        return {"device": self.planned.option or "default", "promises": in_contract_order(self.chosen)}
 
     def _run_fields(self) -> dict[str, Any]:
         return {
@@ -294,8 +187,10 @@ class CellRecorder:
                 or (report.when == "teardown" and report.failed)):
             return
         outcome = report.outcome
-        self.counts[{"passed": "passed", "skipped": "skipped"}.get(outcome, "failed" if report.when == "call" else "errors")] += 1
-        props = dict(report.user_properties)
+        failed = "failed" if report.when == "call" else "errors"  # a setup or teardown error is no failure of a check
+        counted = {"passed": "passed", "skipped": "skipped"}.get(outcome, failed)
+        self.counts[counted] += 1
+        props: dict[str, Any] = dict(report.user_properties)
         promises = props.get("promises") or []
         if report.failed and props.get("blame"):
             promises = [props["blame"]]  # a test of several promises names the one it caught broken
@@ -305,7 +200,7 @@ class CellRecorder:
         on = [device] if device is not None else list(self.plan.tested) if promises and self.plan else []
         if not promises or not on:
             if report.failed:
-                self.unattributed.append({"test": report.nodeid, "message": _message(report)})
+                self.unattributed.append({"test": report.nodeid, "message": message(report)})
             return
         for promise in promises:
             for where in on:
@@ -315,17 +210,18 @@ class CellRecorder:
     def _tally(tally: Tally, report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> None:
         if outcome == "skipped":
             tally.skipped += 1
-            tally.reasons.append(_skip_reason(report))
+            tally.reasons.append(skip_reason(report))
         elif outcome == "failed":
             tally.failed += 1
-            tally.failures.append({"test": report.nodeid, "message": _message(report), "reproducer": props.get("reproducer")})
+            tally.failures.append(
+                {"test": report.nodeid, "message": message(report), "reproducer": props.get("reproducer")})
         else:
             tally.passed += 1
             if "observed" in props:
                 tally.observed.append(props["observed"])
 
     def _crashed_test(self, report: pytest.TestReport) -> None:
-        worker = _worker_id(report)
+        worker = worker_id(report)
         self.crashes.append(Crash(worker, self.deaths.pop(worker, "crashed"), report.nodeid))
         self.counts["crashed"] = self.counts.get("crashed", 0) + 1
         self.unattributed.append({"test": report.nodeid, "message": str(report.longrepr)})
@@ -340,7 +236,7 @@ class CellRecorder:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         # Name the signal in the terminal's report too, not only in the result file.
-        how = self.deaths.get(_worker_id(report))
+        how = self.deaths.get(worker_id(report))
         if how and isinstance(report.longrepr, str):
             report.longrepr += f": the worker {how}"
 
@@ -352,9 +248,10 @@ class CellRecorder:
     def _entry(self, promise: str, device: str) -> dict[str, Any]:
         """The verdict of one promise on one device, with the counts that back it."""
         tally = self.tallies.get((promise, device), Tally())
-        dev = self.plan.entry(device)
-        inapplicable = not_applicable(promise, device, self.plan.accelerators)
-        asked = dev["status"] != "not_requested" and inapplicable is None and (self.chosen is None or promise in self.chosen)
+        dev = self.planned.entry(device)
+        inapplicable = not_applicable(promise, device, self.planned.accelerators)
+        chosen = self.chosen is None or promise in self.chosen
+        asked = dev["status"] != "not_requested" and inapplicable is None and chosen
         if not asked and tally.failures:
             self.unattributed += tally.failures  # a failure is never dropped, even where nobody asked
         out: dict[str, Any] = tally.counts()
@@ -375,7 +272,8 @@ class CellRecorder:
             if tally.skipped:  # checks that could not run here: untested, and no part of the pass
                 out["reason"] = "passed on the checks that ran; untested: " + "; ".join(sorted(set(tally.reasons)))
             return out
-        return {"verdict": "skipped", "reason": "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran", **out}
+        reason = "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran"
+        return {"verdict": "skipped", "reason": reason, **out}
 
     def _crash_lines(self) -> list[str]:
         """Each worker that died: during a test (xdist named it), or between tests."""
@@ -394,7 +292,9 @@ class CellRecorder:
             if _stopped_by_maxfail(session):
                 # -x / --maxfail (which xdist reports as an interruption): a stop the user asked
                 # for, after a failure that is a verdict; the pairs it never reached read as untested.
-                return "completed", None, [f"the run stopped after {session.testsfailed} failures (-x/--maxfail): later tests did not run"]
+                stopped = (f"the run stopped after {session.testsfailed} failures (-x/--maxfail): "
+                           "later tests did not run")
+                return "completed", None, [stopped]
             why = self.interruption or "interrupted"
             return "interrupted", f"the run was interrupted ({why}, pytest exit status 2): not every test ran", []
         try:
@@ -417,7 +317,8 @@ class CellRecorder:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
         verdicts = {
             "devices": {d: self.plan.entry(d) for d in DEVICES},
-            "promises": {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}} for p, title in PROMISES.items()},
+            "promises": {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}}
+                         for p, title in PROMISES.items()},
             "counts": self.counts,
             "unattributed_failures": self.unattributed,
             "requested": self._requested(),
@@ -438,12 +339,13 @@ class CellRecorder:
             started=self.started,
             duration_s=round(time.monotonic() - self.t0, 3),
             pytest_exitstatus=int(session.exitstatus),
-            warnings=list(self.config.stash[WARNINGS]) + stop_warnings,
+            warnings=self.config.stash[WARNINGS].copy() + stop_warnings,
             observations=self.observations,
             **{**run_fields, **verdicts},
         ))
 
     def _write(self, result: results.CellResult) -> None:
+        assert self.path is not None, "a result is written only to a result path"
         self.written, self.status = str(result.write(self.path)), result.status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -461,12 +363,14 @@ class CellRecorder:
         if self.plan is not None and self.plan.nothing_testable:
             return  # the suite's own line says no requested device is available
         lines = self.answer.lines
-        head = "nothing was tested" if exitstatus == nothing else f"{len(lines)} promise-device pair(s) asked for went untested"
+        untested = f"{len(lines)} promise-device pair(s) asked for went untested"
+        head = "nothing was tested" if exitstatus == nothing else untested
         if self.sets_exit:
             terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)
         else:  # a project's own run: its exit status is pytest's, the contract's answer is this line
             terminalreporter.write_line(f"cpugpu-conformance: {head}: the contract is not shown to hold "
-                                        f"(with {self.flags['cell_result']} the run would exit {exitstatus})", yellow=True)
+                                        f"(with {self.flags['cell_result']} the run would exit {exitstatus})",
+                                        yellow=True)
         shown = 5
         for line in lines[:shown]:
             terminalreporter.write_line(f"  {line}", red=True)

@@ -139,13 +139,13 @@ def _source(func: Callable[..., Any], name: str | None = None) -> str:
 class Scenario:
     """One example: named values, then calls, each run as Python and kept for the reproducer."""
 
-    def __init__(self, record: Record, promise: str, device: str, *, title: str | None = None,
+    def __init__(self, record: Record, promise: str | None, device: str, *, title: str | None = None,
                  factory: Callable[..., Any] | None = None, adapter: str | None = None, **values: Any) -> None:
         """`factory` builds a buffer as the contract's constructor does (the test class's
         make_buffer); `adapter` is the source a reproducer needs for it (None: `Buffer` itself)."""
         self.record = record
         self.promise, self.device = promise, device
-        self.title = title or PROMISES[promise]
+        self.title = title or (PROMISES[promise] if promise else "a check of the CpuGpuBuffer contract")
         self.steps: list[Step] = []
         self.ns: dict[str, Any] = {}
         self._adapter = adapter
@@ -234,7 +234,7 @@ class Scenario:
         """Named after the promise blamed now (a constructor that raised is promise 1, whatever the
         test checks), else the scenario's own; a scenario with a title of its own says so."""
         promise = self.record.blamed or self.promise
-        title = PROMISES.get(promise, self.title)
+        title = PROMISES.get(promise or "", self.title)
         found_by = "" if title.startswith(self.title) else f"# Found by: {self.title}.\n"
         needs = devices.get(self.device).needs  # "a CUDA device"
         return (

@@ -167,6 +167,7 @@ class BufferStateMachine(RuleBasedStateMachine):
 
     @property
     def length(self) -> int:
+        assert self.sc is not None, "the rules run after construct"
         return self.sc["size"][0]
 
     def _bounds(self, data):
@@ -256,5 +257,5 @@ class StateMachineTests(BufferTests):
     @staticmethod
     def state_machine_settings() -> Any:
         """Half the profile's examples per shard, with what the suite needs."""
-        half = max(1, settings.default.max_examples // len(MODEL_DTYPES))
+        half = max(1, budget.profile_examples() // len(MODEL_DTYPES))
         return settings(settings.default, max_examples=half, **budget.NEEDED)

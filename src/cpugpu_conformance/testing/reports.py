@@ -1,0 +1,147 @@
+"""What a test's report carries to the recorder: its promises, its device, its reproducer.
+
+`annotate` runs where the test ran (an xdist worker, or the only process) and puts on the
+report what the controller's recorder (recording.py) needs; the markers the tests carry are
+named here, and how a report is read back (its message, its skip reason, a crashed worker).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # the reproducer imports torch, which xdist's controller never needs
+    from .reproducer import Record
+
+# The markers the plugin registers (namespaced: a project's own `promise` marker is its own).
+PROMISE_MARK = "cpugpu_promise"
+DEVICES_MARK = "cpugpu_devices"
+COSTLY_MARK = "cpugpu_costly"
+
+MARKERS = {
+    PROMISE_MARK: "(*numbers): the CONTRACT.md promises a test checks",
+    DEVICES_MARK: "(*names): the only devices a test runs on (devices.py names)",
+    COSTLY_MARK: ": a test that takes many times the others (run first, for xdist's balance)",
+}
+
+REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
+
+# xdist's report for a test whose worker died has this phase.
+CRASH_PHASE = "???"
+
+# The test's own Record (reproducer, blame, observation), put on its item by the fixture.
+RECORD: pytest.StashKey[Record] = pytest.StashKey()
+
+
+def register_markers(config: pytest.Config) -> None:
+    """The library's markers, for --strict-markers: the plugin's run, or a project that imports the
+    library's classes without running them (this project's own tests)."""
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}{text}")
+
+
+def promises_of(item: pytest.Item) -> set[str]:
+    """The promises a test checks: its marker, or, for a project's override of a library test
+    (an opt-out: ``@pytest.mark.skip(...) def test_x(self): ...``), the marker of the test it
+    overrides, so that its skip is recorded against the promise, with its reason."""
+    marked = {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
+    if marked:
+        return marked
+    name = getattr(item, "originalname", item.name)
+    for base in getattr(getattr(item, "cls", None), "__mro__", ())[1:]:
+        overridden = vars(base).get(name)
+        if overridden is not None:
+            marks = [mark for mark in getattr(overridden, "pytestmark", []) if mark.name == PROMISE_MARK]
+            return {str(n) for mark in marks for n in mark.args}
+    return set()
+
+
+def device_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("device") if callspec else None
+
+
+def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Put the test's promises, device and Record on its report, which travels to the controller."""
+    report.user_properties.append(("promises", sorted(promises_of(item))))
+    report.user_properties.append(("device", device_of(item)))
+    record = item.stash.get(RECORD, None)
+    if report.when != "call" or record is None:
+        return
+    if record.observed is not None:
+        report.user_properties.append(("observed", record.observed))
+    if report.failed:
+        if record.blamed is not None:
+            report.user_properties.append(("blame", record.blamed))
+        script = record.reproducer()
+        if script:
+            report.user_properties.append(("reproducer", script))
+            report.sections.append((REPRO_SECTION, script))
+
+
+def message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message.strip()
+    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
+
+
+def worker_exit(node: Any) -> str:
+    """How an xdist worker process ended, from its exit status: 'killed by SIGSEGV (signal 11)'."""
+    # execnet keeps the worker's Popen on the gateway's IO; there is no public way to it.
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return "ended (its exit status is unknown)"
+    try:
+        code = popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return "stopped answering (its process is still alive)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (signal {-code})"
+    return f"exited with status {code}"
+
+
+@dataclass
+class Tally:
+    """What the tests of one promise on one device did."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    observed: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped}
+
+
+@dataclass
+class Crash:
+    worker: str
+    how: str  # "was killed by SIGSEGV (signal 11)"
+    test: str | None = None
+
+    def line(self) -> str:
+        running = f"while running {self.test}" if self.test else "while no test was running"
+        return f"xdist worker {self.worker} {self.how} {running}"
+
+
+def worker_id(report: pytest.TestReport) -> str:
+    """The xdist worker (gw0, ...) a crash report names."""
+    return str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?"))
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):  # an expected failure (an opt-out by xfail): its reason
+        return f"expected to fail (xfail): {report.wasxfail or 'no reason given'}"
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
