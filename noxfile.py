@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))  # the project's pure-Python tooling; need
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.cli.common import UsageError, is_interrupted_exit, refuse_owned_options
-from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import install as installing
 from cpugpu_conformance.runner import matrix as matrices

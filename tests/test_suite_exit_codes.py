@@ -17,7 +17,8 @@ import pytest
 from suite_runner import REPO, run_command, suite_command, suite_env
 
 from cpugpu_conformance import results
-from cpugpu_conformance.testing.recording import PARTLY_TESTED, exit_status
+from cpugpu_conformance.exits import SuiteExit
+from cpugpu_conformance.testing.recording import exit_status
 
 PRE_FIX = "cpugpu_conformance.variants:PreFixCpuGpuBuffer"
 # The issue's command: every test the pre-fix class fails, deselected.
@@ -46,8 +47,8 @@ def suite(tmp_path, *args: str, via: str = "pytest", result: bool = True) -> tup
     ("answer", "expected"),
     [
         (results.Answer("passed", (), {"passed": 3, "recorded": 1}), 0),
-        (results.Answer("untested", ("promise 3 ...",), {"passed": 3, "untested": 1}), PARTLY_TESTED),
-        (results.Answer("untested", ("promise 11 ...",), {"recorded": 1, "untested": 1}), PARTLY_TESTED),
+        (results.Answer("untested", ("promise 3 ...",), {"passed": 3, "untested": 1}), SuiteExit.PARTLY_TESTED),
+        (results.Answer("untested", ("promise 11 ...",), {"recorded": 1, "untested": 1}), SuiteExit.PARTLY_TESTED),
         (results.Answer("untested", ("no check of any promise ran",), {"passed": 0, "untested": 2}), 5),
         (results.Answer("failed", ("a crash",), {"passed": 3}), 1),
     ],
@@ -67,18 +68,18 @@ def test_any_other_pytest_exit_stands(pytest_status):
 @pytest.mark.parametrize("via", ["pytest", "run"])
 def test_deselecting_what_fails_exits_6_never_0(tmp_path, via):
     proc, cell = suite(tmp_path, "--impl", PRE_FIX, "-k", NOT_THE_FAILING, "--device", "cpu", via=via)
-    assert proc.returncode == PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
+    assert proc.returncode == SuiteExit.PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
     answer = cell.answer()
     assert answer.kind == "untested" and answer.counts["passed"] > 0, answer
     assert cell.outcome("3", "cpu").kind == "untested"
-    assert cell["pytest_exitstatus"] == PARTLY_TESTED, "the file and the exit status disagree"
+    assert cell["pytest_exitstatus"] == SuiteExit.PARTLY_TESTED, "the file and the exit status disagree"
     assert "went untested (exit 6)" in proc.stdout and "promise 3 (Mutable wherever they were made)" in proc.stdout
 
 
 def test_deselect_of_the_failing_tests_exits_6(tmp_path):
     deselect = [arg for test in THE_FAILING for arg in ("--deselect", test)]
     proc, cell = suite(tmp_path, "--impl", PRE_FIX, "--promise", "1,3", "--device", "cpu", *deselect)
-    assert proc.returncode == PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
+    assert proc.returncode == SuiteExit.PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
     assert cell.outcome("1", "cpu").kind == "passed" and cell.outcome("3", "cpu").kind == "untested"
 
 
@@ -87,9 +88,9 @@ def test_under_xdist_the_controller_decides(tmp_path, cell_result):
     # Without a result file the controller imports no torch: the workers' reports decide.
     proc, cell = suite(tmp_path, "-n", "2", "--impl", PRE_FIX, "--promise", "1,3", "-k", NOT_THE_FAILING,
                        "--device", "cpu", result=cell_result)
-    assert proc.returncode == PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
+    assert proc.returncode == SuiteExit.PARTLY_TESTED, proc.stdout[-3000:] + proc.stderr
     if cell is not None:
-        assert cell.answer().kind == "untested" and cell["pytest_exitstatus"] == PARTLY_TESTED
+        assert cell.answer().kind == "untested" and cell["pytest_exitstatus"] == SuiteExit.PARTLY_TESTED
 
 
 @pytest.mark.parametrize("flag", ["--co", "--setup-only", "--setup-plan"])

@@ -13,7 +13,7 @@ matrix commands (common.py). argparse is used here and nowhere else in the packa
 
 from __future__ import annotations
 
+from ..exits import ExitCode
 from .dispatch import SUBCOMMANDS, main
-from .exits import ExitCode
 
 __all__ = ["SUBCOMMANDS", "ExitCode", "main"]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.runner import matrix as matrices
 
 # The matrix subcommands read matrix.yaml (pyyaml, jsonschema) and versions (packaging): the [tools] extra.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from .. import __version__
-from .exits import ExitCode
+from ..exits import ExitCode
 
 TOOLS_EXTRA = "pip install 'cpugpu-conformance[tools]'"
 

@@ -8,10 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..exits import ExitCode
 from ..promises import DEVICES
 from ..report.gate import fails, format_comparison, same_result
 from ..results import CellResult, Comparison, ResultFileError, diff
-from .exits import ExitCode
 
 HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cpugpu_conformance import output, results
 from cpugpu_conformance.cli import common
-from cpugpu_conformance.cli.exits import ExitCode
+from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.report import summary
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import parallel, processes

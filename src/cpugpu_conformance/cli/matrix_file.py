@@ -11,9 +11,9 @@ import argparse
 import json
 import sys
 
+from ..exits import ExitCode
 from ..output import say
 from ..runner.matrix import DEFAULT_PATH, Matrix, MatrixError, load
-from .exits import ExitCode
 
 DESCRIPTION = "matrix.yaml -> validated cells, refusing a bad file before anything is installed."
 

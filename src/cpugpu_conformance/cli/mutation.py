@@ -18,11 +18,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..exits import ExitCode
 from ..impl import DEFAULT_SPEC
 from ..mutation.run import Options, run
 from ..mutation.score import BadInput
 from .common import split_pytest_args  # cosmic-ray comes with the [test] extra, which has the matrix's packages
-from .exits import ExitCode
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from ..exits import ExitCode
 from ..report.render import PROG, Collected, ReportError, make_report
 from ..results import one_line
-from .exits import ExitCode
 
 HELP = "merge cell result files into compat.json, COMPAT.md and index.html"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .exits import ExitCode
+from ..exits import SuiteExit
 
 HELP = "run the conformance suite on the reference or your class (--impl SPEC); every argument goes to pytest"
 
@@ -220,9 +220,9 @@ def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int
 
 def _refuse(prepared: Prepared) -> int:
     assert prepared.refusal is not None
-    problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", ExitCode.PYTEST_USAGE)
+    problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", SuiteExit.USAGE_ERROR)
     print(f"cpugpu-conformance run: {prepared.refusal}" + (f" ({problem})" if problem else ""), file=sys.stderr)
-    return ExitCode.PYTEST_USAGE
+    return SuiteExit.USAGE_ERROR
 
 
 # ---------------------------------------------------------------------------- the test process
@@ -255,7 +255,7 @@ def child_main(end: str, args: Sequence[str]) -> None:
         # xdist's workers go without: they read the same arguments, which it let through.
         code = int(pytest.main(list(args), plugins=[sys.modules[__name__]]))
     except KeyboardInterrupt:  # a second Ctrl-C while pytest was ending: interrupted all the same
-        code = ExitCode.PYTEST_INTERRUPTED
+        code = SuiteExit.INTERRUPTED
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
@@ -330,16 +330,16 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
         # The file holds the run's placeholder, or (killed before pytest held it) an earlier
         # run's answer: either way it now says how this run ended.
         how = f"the test process {_how_it_ended(returncode)} before pytest finished"
-        problem = record_refusal(prepared, "interrupted", f"{how}: not every test ran", ExitCode.PYTEST_INTERRUPTED)
+        problem = record_refusal(prepared, "interrupted", f"{how}: not every test ran", SuiteExit.INTERRUPTED)
         sys.stdout.write("\n")  # end the line of test progress the process left unfinished
         sys.stdout.flush()
         print(f"cpugpu-conformance run: {how}: the run was interrupted, it is not a pass"
               + (f" ({problem})" if problem else ""), file=sys.stderr)
-        return ExitCode.PYTEST_INTERRUPTED
+        return SuiteExit.INTERRUPTED
     if code != 0 and _identity(prepared.cell_result) == before:
         # pytest refused the command line before the suite started (its message is above):
         # an earlier run's verdict must not stay at the path this run was asked to write.
-        status = "interrupted" if code == ExitCode.PYTEST_INTERRUPTED else "error"
+        status = "interrupted" if code == SuiteExit.INTERRUPTED else "error"
         record_refusal(prepared, status, f"pytest exit status {code} before the suite started (see the run's output)", code)
     return code
 
@@ -350,7 +350,7 @@ def main(args: Sequence[str]) -> int:
         folder = suite_dir()
     except SuiteNotFound as exc:
         print(exc, file=sys.stderr)
-        return ExitCode.PYTEST_USAGE
+        return SuiteExit.USAGE_ERROR
     prepared = prepare(args)
     if prepared.refusal:
         return _refuse(prepared)

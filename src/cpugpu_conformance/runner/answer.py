@@ -9,19 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cpugpu_conformance import results
+from cpugpu_conformance.exits import FINISHED, MEANINGS, SuiteExit
 from cpugpu_conformance.runner.install import base_version
 from cpugpu_conformance.runner.processes import SuiteRun, log_tail, signal_name
 
 if TYPE_CHECKING:
     from cpugpu_conformance.runner.cell import CellRun, CellSpec
 
-# The suite: 0 every promise asked for passed, 1 one failed, 5 nothing was tested, 6 some promises
-# went untested (none failed). Each is a finished run whose result file holds the answer (a cuda
-# cell on a machine without a GPU: untested). Anything else means the suite did not finish its job.
-PYTEST_FINISHED = (0, 1, 5, 6)
-PYTEST_INTERRUPTED = 2
-PYTEST_EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "nothing tested",
-                     6: "some promises untested"}
 
 # `python -m pytest ARGS`, minus the interpreter's teardown: tearing down an interpreter with torch
 # loaded takes about a second after pytest has written the cell's result. The suite's recorder
@@ -48,14 +42,14 @@ def _exit_description(returncode: int) -> str:
     signum = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
     if signum:
         return f"killed by {signal_name(signum)}"
-    return f"pytest exited {returncode} ({PYTEST_EXIT_NAMES.get(returncode, 'unexpected')})"
+    return f"pytest exited {returncode} ({MEANINGS.get(returncode, 'unexpected')})"
 
 
 def _status_of_exit(returncode: int) -> str:
     """The cell status of a pytest that did not finish its job (exit not 0 or 1)."""
     if returncode < 0 or returncode > 128:
         return "crashed"
-    if returncode == PYTEST_INTERRUPTED:
+    if returncode == SuiteExit.INTERRUPTED:
         return "interrupted"  # pytest stopped early (Ctrl-C, errors during collection): never completed
     return "error"
 
@@ -85,7 +79,7 @@ def cell_answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
 
     if suite.timed_out:
         return fault("timed_out", f"killed after the cell's time limit of {spec.time_limit_s:g} s")
-    if suite.returncode not in PYTEST_FINISHED:
+    if suite.returncode not in FINISHED:
         return fault(_status_of_exit(suite.returncode), _exit_description(suite.returncode))
     try:
         written = results.CellResult.load(spec.staging_path)
@@ -97,7 +91,7 @@ def cell_answer(run: CellRun, suite: SuiteRun) -> results.CellResult:
 
 
 def _finished_description(returncode: int) -> str:
-    name = PYTEST_EXIT_NAMES.get(returncode) if returncode not in (0, 1) else None
+    name = MEANINGS.get(returncode) if returncode not in (0, 1) else None
     return f"pytest exited {returncode}" + (f" ({name})" if name else "")
 
 

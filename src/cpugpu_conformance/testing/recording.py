@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from cpugpu_conformance import devices, results
+from cpugpu_conformance.exits import SuiteExit
 from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
 
 from .plan import DevicePlan, flags, in_contract_order
@@ -43,9 +44,6 @@ TESTED_CLASSES = pytest.StashKey[list]()
 REFUSED = pytest.StashKey[str]()
 
 
-# The suite's exit status when some promises asked for were tested and held, and others went
-# untested (pytest's own codes end at 5, "nothing was tested").
-PARTLY_TESTED = 6
 
 
 def exit_status(pytest_status: int, answer: results.Answer) -> int:
@@ -63,7 +61,7 @@ def exit_status(pytest_status: int, answer: results.Answer) -> int:
     if answer.kind == "failed":
         return int(pytest.ExitCode.TESTS_FAILED)
     tested = answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
-    return PARTLY_TESTED if tested else int(pytest.ExitCode.NO_TESTS_COLLECTED)
+    return int(SuiteExit.PARTLY_TESTED if tested else SuiteExit.NOTHING_TESTED)
 
 
 def environment() -> dict[str, Any]:
@@ -89,6 +87,10 @@ def _observations() -> dict[str, Any]:
     except ImportError:
         return {}
     return observe.observe_all()
+
+
+# The exits of a run whose tests all passed that is still no pass.
+_UNTESTED = (SuiteExit.NOTHING_TESTED, SuiteExit.PARTLY_TESTED)
 
 
 class CellRecorder:
@@ -357,8 +359,8 @@ class CellRecorder:
 
     def _say_untested(self, terminalreporter: Any) -> None:
         """Why a run whose tests all passed is no pass (exit 5 or 6): what went untested."""
-        exitstatus, nothing = self.exitstatus, pytest.ExitCode.NO_TESTS_COLLECTED
-        if self.answer is None or self.answer.kind != "untested" or exitstatus not in (nothing, PARTLY_TESTED):
+        exitstatus, nothing = self.exitstatus, SuiteExit.NOTHING_TESTED
+        if self.answer is None or self.answer.kind != "untested" or exitstatus not in _UNTESTED:
             return
         if self.plan is not None and self.plan.nothing_testable:
             return  # the suite's own line says no requested device is available
