@@ -12,7 +12,7 @@ import signal
 import subprocess
 
 import pytest
-from suite_runner import REPO, TESTS, run_suite, start_sleeping_suite, suite_command, suite_env
+from suite_runner import REPO, TESTS, default_sigint, run_suite, start_sleeping_suite, suite_command, suite_env
 
 from cpugpu_conformance import results
 
@@ -138,3 +138,39 @@ def test_impl_that_patches_torch_is_named_and_observations_see_the_real_torch(tm
     assert "warning: importing --impl" in run.stdout and "torch.inference_mode" in run.stdout
     # Taken before the import: torch's own inference mode, which makes inference tensors.
     assert run.cell.observations["context.inference_mode.is_inference"]["value"] is True
+
+
+# A correct buffer whose constructor takes a Ctrl-C and swallows the KeyboardInterrupt, as a
+# gc callback or a library's `except BaseException` does: pytest never sees the interrupt.
+SWALLOWS_SIGINT = '''
+import os
+import signal
+import threading
+import time
+
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+
+class SwallowsSigint(CpuGpuBuffer):
+    def __init__(self, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return super().__init__(*args, **kwargs)  # the handler runs in the main thread: not swallowed there
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # Python runs the handler here, inside the try
+        except KeyboardInterrupt:
+            pass
+        super().__init__(*args, **kwargs)
+'''
+
+
+def test_a_sigint_that_pytest_never_saw_is_still_an_interrupted_run(tmp_path):
+    (tmp_path / "swallows.py").write_text(SWALLOWS_SIGINT)
+    path = tmp_path / "cell.json"
+    cmd = suite_command(path, "--impl", f"{tmp_path / 'swallows.py'}:SwallowsSigint", "--promise", "2")
+    proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=600,
+                          preexec_fn=default_sigint)
+    cell = results.CellResult.load(path)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
+    assert cell.status == "interrupted" and "SIGINT" in cell.detail, cell.detail
+    assert cell["pytest_exitstatus"] == 2 and not cell.answer().clean

@@ -182,6 +182,8 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
     recorder = recording.CellRecorder(config, path, name, chosen, impl, profile, sets_exit=sets_exit)
     if path is not None:
         recorder.hold()
+    if sets_exit:
+        recorder.watch_sigint()
     config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
     return recorder
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import platform
+import signal
 import sys
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -118,6 +120,7 @@ class CellRecorder:
         self.deaths: dict[str, str] = {}  # xdist worker id -> how its process ended
         self.crashes: list[Crash] = []
         self.interruption: str | None = None
+        self.sigint_seen = False  # see watch_sigint
         self.written: str | None = None
         self.status: str | None = None
         self.answer: results.Answer | None = None
@@ -242,6 +245,25 @@ class CellRecorder:
         if how and isinstance(report.longrepr, str):
             report.longrepr += f": the worker {how}"
 
+    def watch_sigint(self) -> None:
+        """Note a Ctrl-C, then let it do what it did. A KeyboardInterrupt raised where pytest cannot
+        see it (in a gc callback, caught as an unraisable exception) becomes a test's *failure*, and
+        the run would go on to a false verdict: a run that got SIGINT is interrupted, always.
+        The previous handler is put back when pytest unconfigures."""
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous) or threading.current_thread() is not threading.main_thread():
+            return  # SIGINT ignored (a background job) or left to the default: no KeyboardInterrupt to hide
+
+        def noted(signum: int, frame: Any) -> None:
+            self.sigint_seen = True
+            previous(signum, frame)
+
+        def restore() -> None:
+            signal.signal(signal.SIGINT, previous)
+
+        signal.signal(signal.SIGINT, noted)
+        self.config.add_cleanup(restore)
+
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interruption = f"{excinfo.typename}: {excinfo.value}".rstrip(": ")
 
@@ -285,6 +307,9 @@ class CellRecorder:
     def _status(self, session: pytest.Session) -> tuple[str, str | None, list[str]]:
         """How the run ended (status, detail, warnings): only a run that went through its tests is 'completed'."""
         exitstatus = session.exitstatus
+        if self.sigint_seen and exitstatus != pytest.ExitCode.INTERRUPTED:
+            return "interrupted", ("the run was interrupted (SIGINT, raised where pytest did not see it): "
+                                   "not every test ran, and the test it hit is no verdict"), []
         crashes = self._crash_lines()
         if crashes:
             return "crashed", "\n".join(crashes), []
@@ -314,6 +339,8 @@ class CellRecorder:
                 session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
             return
         status, detail, stop_warnings = self._status(session)
+        if status == "interrupted" and self.sets_exit:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
         if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) \
                 and self.sets_exit:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
