@@ -52,9 +52,7 @@ def inference_mode(make, *args):
 
 
 def nested_inference_mode(make, *args):
-    with torch.inference_mode():
-        with torch.inference_mode():
-            return make(*args)
+    return inference_mode(inference_mode, make, *args)
 
 
 def inference_mode_false_inside_inference_mode(make, *args):
@@ -69,9 +67,7 @@ def no_grad(make, *args):
 
 
 def no_grad_inside_inference_mode(make, *args):
-    with torch.inference_mode():
-        with torch.no_grad():
-            return make(*args)
+    return inference_mode(no_grad, make, *args)
 
 
 def decorated_inference_mode(make, *args):
