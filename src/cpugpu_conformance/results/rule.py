@@ -1,8 +1,10 @@
 """The rule, in one place: what a promise did on a device, and what a cell's answer is.
 
-- ``outcome(result, promise, device)``: a promise on a device *passed* only when at least
-  one of its checks ran and every check held. Skipped, missing, empty: each is
-  ``untested``, never a pass.
+- ``outcome(result, promise, device)``: a promise on a device *passed* only when its checks
+  ran and held, and the writer names no test of it that did not run to its end (the suite
+  requires every test of the promise: testing/judge.py). Skipped, missing, empty, a test
+  left out: each is ``untested``; an opt-out the team made (a skip override) is ``waived``,
+  with its reason. Neither is ever a pass.
 - ``answer(result)``: a cell is clean only when it completed and every promise on every
   device it was asked to test passed or was recorded.
 
@@ -32,9 +34,10 @@ NOT_ASKED_KINDS = ("not_applicable", "not_requested")
 class Outcome:
     """What one promise did on one device, decided by the rule.
 
-    kind: passed, failed, recorded (verdicts); untested (asked, but no check ran and
-    held: skipped, missing, empty); not_applicable, not_requested (nobody asked); or,
-    for a cell that did not complete, its status.
+    kind: passed, failed, recorded (verdicts); untested (asked, but not every check ran and
+    held: skipped, missing, empty, deselected); waived (asked, and the team opted out, with a
+    reason); not_applicable, not_requested (nobody asked); or, for a cell that did not
+    complete, its status.
     """
 
     kind: str
@@ -92,6 +95,10 @@ def outcome(result: CellResult, promise: str, device: str) -> Outcome:
     verdict = entry.get("verdict")
     if verdict == "failed" or entry.get("failed", 0) > 0 or failures:
         return Outcome("failed", _failure_summary(failures) or entry.get("observed"), failures)
+    if entry.get("untested_tests"):  # a test of it did not run to its end: never a pass, whatever the verdict says
+        return Outcome("untested", entry.get("reason") or _tests_summary(entry["untested_tests"], "why"))
+    if verdict == "waived" or entry.get("waived_tests"):
+        return Outcome("waived", entry.get("reason") or _tests_summary(entry.get("waived_tests") or [], "reason"))
     if verdict in ("passed", "recorded"):
         if entry.get("passed", 0) < 1:
             return Outcome("untested", f"recorded as {verdict}, but no check of it ran")
@@ -116,15 +123,15 @@ def answer(result: CellResult) -> Answer:
     """The cell's answer: clean only when it completed and every asked pair passed or was recorded."""
     if not result.completed:
         return Answer(result.status, (f"{result.status.replace('_', ' ')}: {first_line(result.detail) or 'no detail'}",))
-    counts = {"passed": 0, "failed": 0, "recorded": 0, "untested": 0}
+    counts = {"passed": 0, "failed": 0, "recorded": 0, "untested": 0, "waived": 0}
     failed, untested = [], []
     for promise, device, out in outcomes(result):
         if out.kind in counts:
             counts[out.kind] += 1
         if out.kind == "failed":
             failed.append(f"promise {promise} ({result.title(promise)}) on {device}: failed: {out.note or 'no message'}")
-        elif out.kind == "untested":
-            untested.append(f"promise {promise} ({result.title(promise)}) on {device}: untested: {out.note}")
+        elif out.kind in ("untested", "waived"):  # an opt-out is a decision, never a pass
+            untested.append(f"promise {promise} ({result.title(promise)}) on {device}: {out.kind}: {out.note}")
     for item in result.get("unattributed_failures") or []:
         failed.append(f"{item.get('test')}: {last_line(item.get('message'))}")
     errors = int((result.get("counts") or {}).get("errors", 0))
@@ -147,6 +154,12 @@ def describe(result: CellResult) -> str:
     c = a.counts
     word = {"passed": "passed", "failed": "FAILED", "untested": "UNTESTED"}[a.kind]
     return f"{word} ({c['passed']} passed, {c['failed']} failed, {c['untested']} untested, {c['recorded']} recorded)"
+
+
+def _tests_summary(tests: list[Any], key: str) -> str:
+    first = tests[0] if tests and isinstance(tests[0], dict) else {}
+    more = f" (+{len(tests) - 1} more)" if len(tests) > 1 else ""
+    return f"{first.get('test')}: {first.get(key)}{more}" if first else "no reason given"
 
 
 def _failure_summary(failures: tuple[dict[str, Any], ...]) -> str | None:

@@ -22,6 +22,7 @@ from . import strategies as s
 from .contexts import PLAIN, Context
 from .reports import RECORD, promises_of
 from .reproducer import Name, Record, Scenario, import_line
+from .stamps import stamped
 
 
 class BufferTests:
@@ -149,10 +150,20 @@ def construct_blamed(record: Record, promise: str, construct: Any) -> None:
 def property_test(*promises: str, examples: settings | None = None) -> Any:
     """A property test of these promises (P.MUTABLE, ...): marked with them, run with the suite's
     hypothesis settings (``examples``: a share of the profile's, budget.share; default all of
-    them), drawing its values from ``data``."""
+    them), drawing its values from ``data``; its body stamps how it ended (stamps.py)."""
 
     def decorate(test: Any) -> Any:
         chosen = examples if examples is not None else budget.whole()
-        return pytest.mark.cpugpu_promise(*promises)(chosen(given(data=st.data())(test)))
+        return pytest.mark.cpugpu_promise(*promises)(stamped(chosen(given(data=st.data())(test))))
+
+    return decorate
+
+
+def contract_test(*promises: str) -> Any:
+    """A test of these promises that draws nothing (one fixed scenario, or a state machine);
+    its body stamps how it ended (stamps.py)."""
+
+    def decorate(test: Any) -> Any:
+        return pytest.mark.cpugpu_promise(*promises)(stamped(test))
 
     return decorate

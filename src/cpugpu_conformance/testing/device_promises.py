@@ -19,10 +19,11 @@ from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
 from . import strategies as s
-from .base import BufferTests, property_test
+from .base import BufferTests, contract_test, property_test
 from .checks import COPY_METHODS
 from .helpers import fill_bytes, raw, sync
 from .reproducer import Name, per_device
+from .stamps import contract_skip
 
 
 @per_device("stall")
@@ -126,13 +127,13 @@ class DeviceTests(BufferTests):
     and promise 11 (pin_memory=True with no accelerator: either outcome, recorded)."""
 
     @pytest.fixture
-    def non_blocking_check(self, device: str) -> devices.NonBlockingCheck:
+    def non_blocking_check(self, record, device: str) -> devices.NonBlockingCheck:
         """How this torch lets the suite see a copy block (devices.non_blocking_check); where it cannot,
-        the test is skipped with the reason: untested, never passed."""
+        the contract skips the test with the reason: untested, never passed."""
         dev = devices.get(device)
         how = devices.non_blocking_check(dev, os.environ, dev.forbids_sync())
         if how.method is None:
-            pytest.skip(how.reason or "this machine cannot see whether a copy blocks")
+            contract_skip(record, how.reason or "this machine cannot see whether a copy blocks")
         return how
 
     @property_test(P.CUDA_SPECIFICS)
@@ -158,7 +159,7 @@ class DeviceTests(BufferTests):
             sc.call(copy_outlasting_a_stall)
 
     @pytest.mark.parametrize("size", [(4,), (0,)], ids=["nonempty", "zero-size"])
-    @pytest.mark.cpugpu_promise(P.PIN_WITHOUT_ACCELERATOR)
+    @contract_test(P.PIN_WITHOUT_ACCELERATOR)
     def test_pin_memory_on_cpu_is_recorded(self, record, device, size):
         """Either outcome is allowed; a buffer that is made must still be a valid buffer."""
         sc = self.scenario(record, device, title="pin_memory=True with no accelerator", size=size,

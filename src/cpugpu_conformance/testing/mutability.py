@@ -7,14 +7,13 @@ never infer mutability from contents.
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
 from . import strategies as s
-from .base import BufferTests, property_test
+from .base import BufferTests, contract_test, property_test
 from .helpers import raw, sync
 from .reproducer import Name
 
@@ -107,7 +106,7 @@ class MutabilityTests(BufferTests):
         record.blame(None)
         sc.call(not_inference)
 
-    @pytest.mark.cpugpu_promise(P.MUTABLE)
+    @contract_test(P.MUTABLE)
     def test_original_bug_buffer_made_in_inference_mode(self, record, device):
         """vLLM's elastic EP scaling: buffers rebuilt inside inference_mode(), then updated in place outside it."""
         sc = self.scenario(record, device, size=(4, 3), dtype=torch.float32, pin_memory=False, with_numpy=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -12,6 +11,7 @@ from . import budget, checks, dtypes
 from . import strategies as s
 from .base import BufferTests, construct_blamed, property_test
 from .reproducer import Name
+from .stamps import contract_skip
 
 
 def bfloat16_with_numpy_raises_value_error(make):
@@ -66,7 +66,7 @@ class ExoticDtypeTests(BufferTests):
     @property_test(P.BFLOAT16_PATH)
     def test_bfloat16_with_numpy_raises_value_error(self, record, device, data):
         if not hasattr(torch, "bfloat16"):
-            pytest.skip("this torch has no bfloat16")
+            contract_skip(record, "this torch has no bfloat16")
         bf16 = st.just(dtypes.by_name("bfloat16", device))
         sc = self.build(record, device, data, bf16, with_numpy=True, construct=False)
         sc.call(bfloat16_with_numpy_raises_value_error)

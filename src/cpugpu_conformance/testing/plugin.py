@@ -49,6 +49,7 @@ from .recording import (
     PLAN,
     PROMISE_FILTER,
     REFUSED,
+    RUN_FACTS,
     SUITE_EXIT,
     TESTED_CLASSES,
     WARNINGS,
@@ -149,13 +150,58 @@ _WORKER_FACTS = "cpugpu_conformance"
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    """In the controller: the plan and warnings of the first worker to finish (they all agree)."""
+    """In the controller: the plan, warnings and run facts of the first worker to finish (they all agree)."""
     facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+    if facts and facts.get("run") is not None and RUN_FACTS not in node.config.stash:
+        node.config.stash[RUN_FACTS] = facts["run"]
     if facts and node.config.stash.get(PLAN, None) is None:
         node.config.stash[PLAN] = from_facts(facts["plan"])
         node.config.stash[WARNINGS] = facts["warnings"]
         if facts["refused"]:
             node.config.stash[REFUSED] = facts["refused"]
+
+
+# --- what the run collected of the library's tests, for the judge (judge.py)
+
+_INVENTORY = pytest.StashKey[Any]()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every test of the library's classes as it is collected, before any hook can deselect or drop it."""
+    if _ours(getattr(item, "cls", None)):
+        _inventory(item.config).items[item.nodeid] = reports.item_facts(item)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _ours(getattr(item, "cls", None)):
+            _inventory(item.config).deselected.add(item.nodeid)
+
+
+def _inventory(config: pytest.Config) -> Any:
+    from .judge import Inventory
+
+    if _INVENTORY not in config.stash:
+        config.stash[_INVENTORY] = Inventory()
+    return config.stash[_INVENTORY]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where tests were collected: what the contract requires of this run (manifest.py) beside what
+    it collected; an xdist worker hands both to the controller with its plan."""
+    config = session.config
+    plan = config.stash.get(PLAN, None)
+    if plan is None or REFUSED in config.stash:
+        return
+    from . import manifest
+
+    facts = {"inventory": _inventory(config).as_data(),
+             "required": manifest.required(plan, config.stash.get(PROMISE_FILTER, None)),
+             "area_of": manifest.area_of()}
+    config.stash[RUN_FACTS] = facts
+    if hasattr(config, "workeroutput") and _WORKER_FACTS in config.workeroutput:
+        config.workeroutput[_WORKER_FACTS]["run"] = facts
 
 
 def _is_controller(config: pytest.Config) -> bool:

@@ -17,17 +17,17 @@ import signal
 import sys
 import threading
 import time
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from cpugpu_conformance import devices, results
 from cpugpu_conformance.exits import SuiteExit
-from cpugpu_conformance.promises import DEVICES, PROMISES, RECORDED_ONLY, not_applicable
+from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 
+from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
-from .reports import CRASH_PHASE, Crash, Tally, message, skip_reason, worker_exit, worker_id
+from .reports import CRASH_PHASE, FACTS, Crash, message, skip_reason, worker_exit, worker_id
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()  # the shipped suite's loaded --impl (impl.Impl)
@@ -44,25 +44,30 @@ LOAD_CLASS = pytest.StashKey[Any]()
 TESTED_CLASSES = pytest.StashKey[list]()
 # The one-line refusal of an xdist worker that could not load the class under test.
 REFUSED = pytest.StashKey[str]()
+# What the run collected of the library's tests and what the contract requires of it (judge.py's
+# Inventory as data, manifest.required, manifest.area_of): worked out where tests are collected,
+# carried from an xdist worker to the controller.
+RUN_FACTS = pytest.StashKey[dict]()
 
 
 
 
-def exit_status(pytest_status: int, answer: results.Answer) -> int:
+def exit_status(pytest_status: int, answer: results.Answer, checks_ran: bool = False) -> int:
     """The run's exit status, saying what its result says.
 
     pytest's status stands unless it is 0: a failure (1), an interruption (2), an internal
     (3) or usage (4) error and "no tests collected" (5) are already no pass. A 0 becomes the
     answer's: 0 every promise asked for passed or was recorded; 1 one failed; 5 nothing was
     tested (no check of any promise ran: --collect-only, --setup-only, -k or --deselect of
-    every test); 6 some were tested and held, some went untested (a device asked for is
-    missing, -k or --deselect of some tests).
+    every test); 6 some checks ran and held, but some promise went untested or was waived (a
+    device asked for is missing, -k or --deselect of some tests, an opt-out). ``checks_ran``:
+    a contract test ran its body to the end, even if no promise it checks passed as a whole.
     """
     if pytest_status != pytest.ExitCode.OK or answer.clean:
         return int(pytest_status)
     if answer.kind == "failed":
         return int(pytest.ExitCode.TESTS_FAILED)
-    tested = answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
+    tested = checks_ran or answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
     return int(SuiteExit.PARTLY_TESTED if tested else SuiteExit.NOTHING_TESTED)
 
 
@@ -113,7 +118,8 @@ class CellRecorder:
         self.profile = profile
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
-        self.tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        self.evidence: dict[str, TestEvidence] = {}  # nodeid -> what its reports said (judge.py)
+        self.untested_lines: list[str] = []
         self.counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
         self.unattributed: list[dict[str, Any]] = []
         self.observations: dict[str, Any] = {}
@@ -188,42 +194,20 @@ class CellRecorder:
         if report.when == CRASH_PHASE:
             self._crashed_test(report)
             return
-        if not (report.when == "call" or (report.when == "setup" and not report.passed)
-                or (report.when == "teardown" and report.failed)):
-            return
-        outcome = report.outcome
-        failed = "failed" if report.when == "call" else "errors"  # a setup or teardown error is no failure of a check
-        counted = {"passed": "passed", "skipped": "skipped"}.get(outcome, failed)
-        self.counts[counted] += 1
-        props: dict[str, Any] = dict(report.user_properties)
-        promises = props.get("promises") or []
-        if report.failed and props.get("blame"):
-            promises = [props["blame"]]  # a test of several promises names the one it caught broken
-        device = props.get("device")
-        # A project's override of a library test that takes no device (an opt-out) stands for
-        # the test on every device the run tests.
-        on = [device] if device is not None else list(self.plan.tested) if promises and self.plan else []
-        if not promises or not on:
+        if report.when == "call" or (report.when == "setup" and not report.passed) \
+                or (report.when == "teardown" and report.failed):
+            failed = "failed" if report.when == "call" else "errors"  # a setup or teardown error is no failed check
+            self.counts[{"passed": "passed", "skipped": "skipped"}.get(report.outcome, failed)] += 1
+        facts = dict(report.user_properties).get(FACTS)
+        if not isinstance(facts, dict):  # a project's own test: only its failure matters here
             if report.failed:
                 self.unattributed.append({"test": report.nodeid, "message": message(report)})
             return
-        for promise in promises:
-            for where in on:
-                self._tally(self.tallies[(promise, where)], report, outcome, props)
-
-    @staticmethod
-    def _tally(tally: Tally, report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> None:
-        if outcome == "skipped":
-            tally.skipped += 1
-            tally.reasons.append(skip_reason(report))
-        elif outcome == "failed":
-            tally.failed += 1
-            tally.failures.append(
-                {"test": report.nodeid, "message": message(report), "reproducer": props.get("reproducer")})
-        else:
-            tally.passed += 1
-            if "observed" in props:
-                tally.observed.append(props["observed"])
+        evidence = self.evidence.get(report.nodeid)
+        if evidence is None:
+            evidence = self.evidence[report.nodeid] = TestEvidence(facts)
+        evidence.add(report.when, report.outcome, facts, message(report) if report.failed else None,
+                     skip_reason(report) if report.skipped else None, getattr(report, "wasxfail", None))
 
     def _crashed_test(self, report: pytest.TestReport) -> None:
         worker = worker_id(report)
@@ -269,35 +253,31 @@ class CellRecorder:
 
     # --- the answer
 
-    def _entry(self, promise: str, device: str) -> dict[str, Any]:
-        """The verdict of one promise on one device, with the counts that back it."""
-        tally = self.tallies.get((promise, device), Tally())
+    def _judgement(self) -> Judgement:
+        """Every test's verdict against what the contract requires of this run (manifest.py)."""
+        facts = self.config.stash.get(RUN_FACTS, None) or {}
+        inventory = Inventory.from_data(facts.get("inventory") or {})
+        return Judgement(self.evidence, inventory, facts.get("required") or {}, facts.get("area_of") or {})
+
+    def _entry(self, judged: Judgement, promise: str, device: str) -> dict[str, Any]:
+        """The verdict of one promise on one device, with the tests behind it."""
         dev = self.planned.entry(device)
         inapplicable = not_applicable(promise, device, self.planned.accelerators)
         chosen = self.chosen is None or promise in self.chosen
         asked = dev["status"] != "not_requested" and inapplicable is None and chosen
-        if not asked and tally.failures:
-            self.unattributed += tally.failures  # a failure is never dropped, even where nobody asked
-        out: dict[str, Any] = tally.counts()
-        if dev["status"] == "not_requested":
-            return {"verdict": "not_requested", "reason": dev["reason"], **out}
-        if inapplicable is not None:
-            return {"verdict": "not_applicable", "reason": inapplicable, **out}
-        if self.chosen is not None and promise not in self.chosen:
-            return {"verdict": "not_requested", "reason": f"not selected ({self.flags['promise']})", **out}
-        if dev["status"] == "skipped":
-            return {"verdict": "skipped", "reason": dev["reason"], **out}
-        if tally.failed:
-            return {"verdict": "failed", "failures": tally.failures, **out}
-        if tally.passed:
-            out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
-            if tally.observed:
-                out["observed"] = "; ".join(sorted(set(tally.observed)))
-            if tally.skipped:  # checks that could not run here: untested, and no part of the pass
-                out["reason"] = "passed on the checks that ran; untested: " + "; ".join(sorted(set(tally.reasons)))
-            return out
-        reason = "; ".join(sorted(set(tally.reasons))) or "no test of this promise ran"
-        return {"verdict": "skipped", "reason": reason, **out}
+        failures = judged.failed_tests_of(promise, device)
+        if not asked:
+            self.unattributed += failures  # a failure is never dropped, even where nobody asked
+            counts = {"passed": 0, "failed": len(failures), "skipped": 0}
+            if dev["status"] == "not_requested":
+                return {"verdict": "not_requested", "reason": dev["reason"], **counts}
+            if inapplicable is not None:
+                return {"verdict": "not_applicable", "reason": inapplicable, **counts}
+            return {"verdict": "not_requested", "reason": f"not selected ({self.flags['promise']})", **counts}
+        entry = judged.entry(promise, device)
+        if dev["status"] == "skipped" and entry["verdict"] != "failed":
+            return {**entry, "verdict": "skipped", "reason": dev["reason"]}
+        return entry
 
     def _crash_lines(self) -> list[str]:
         """Each worker that died: during a test (xdist named it), or between tests."""
@@ -344,10 +324,14 @@ class CellRecorder:
         if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) \
                 and self.sets_exit:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
+        judged = self._judgement()
+        promises = {p: {"title": title, "devices": {d: self._entry(judged, p, d) for d in DEVICES}}
+                    for p, title in PROMISES.items()}
+        self.unattributed += judged.unattributed()
+        self.untested_lines = untested_lines((p, d, promises[p]["devices"][d]) for p in PROMISES for d in DEVICES)
         verdicts = {
             "devices": {d: self.plan.entry(d) for d in DEVICES},
-            "promises": {p: {"title": title, "devices": {d: self._entry(p, d) for d in DEVICES}}
-                         for p, title in PROMISES.items()},
+            "promises": promises,
             "counts": self.counts,
             "unattributed_failures": self.unattributed,
             "requested": self._requested(),
@@ -356,7 +340,7 @@ class CellRecorder:
         # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
         self.answer = results.CellResult.new(self.name, status, detail=detail, environment=run_fields["environment"],
                                              **verdicts).answer()
-        self.exitstatus = exit_status(session.exitstatus, self.answer)
+        self.exitstatus = exit_status(session.exitstatus, self.answer, judged.any_held())
         if self.sets_exit:
             session.exitstatus = self.exitstatus
         if self.path is None:
@@ -400,11 +384,17 @@ class CellRecorder:
             terminalreporter.write_line(f"cpugpu-conformance: {head}: the contract is not shown to hold "
                                         f"(with {self.flags['cell_result']} the run would exit {exitstatus})",
                                         yellow=True)
-        shown = 5
-        for line in lines[:shown]:
-            terminalreporter.write_line(f"  {line}", red=True)
-        if len(lines) > shown:
-            terminalreporter.write_line(f"  ... and {len(lines) - shown} more", red=True)
+        _write_some(terminalreporter, lines, 5)
+        if self.untested_lines:
+            terminalreporter.write_line("the tests that kept them from passing, and why:", red=True)
+            _write_some(terminalreporter, self.untested_lines, 10)
+
+
+def _write_some(terminalreporter: Any, lines: list[str] | tuple[str, ...], shown: int) -> None:
+    for line in lines[:shown]:
+        terminalreporter.write_line(f"  {line}", red=True)
+    if len(lines) > shown:
+        terminalreporter.write_line(f"  ... and {len(lines) - shown} more (the result file lists every one)", red=True)
 
 
 def _stopped_by_maxfail(session: pytest.Session) -> bool:

@@ -65,22 +65,52 @@ def device_of(item: pytest.Item) -> str | None:
     return callspec.params.get("device") if callspec else None
 
 
+def item_facts(item: pytest.Item) -> dict[str, Any]:
+    """What the recorder needs to know of a collected test of the library's classes, as plain data:
+    its class, its key (manifest.py), its device and promises, whether its function is the
+    contract's own (stamps.py) and, for an override, whether it opts out by a skip marker."""
+    from .manifest import key_of_item
+    from .stamps import is_contract_function
+
+    cls: Any = getattr(item, "cls", None)
+    name = getattr(item, "originalname", None) or item.name
+    function = getattr(item, "function", None)
+    contract = is_contract_function(name, function)
+    opt_out = not contract and any(mark.name in ("skip", "skipif") for mark in getattr(function, "pytestmark", []))
+    return {
+        "nodeid": item.nodeid,
+        "class": f"{cls.__module__}.{cls.__qualname__}" if cls is not None else item.nodeid,
+        "test": name,
+        "key": key_of_item(item),
+        "device": device_of(item),
+        "promises": sorted(promises_of(item), key=int),
+        "contract": contract,
+        "opt_out": opt_out,
+    }
+
+
+# The key of the report property that carries a library test's facts and evidence.
+FACTS = "cpugpu"
+
+
 def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
-    """Put the test's promises, device and Record on its report, which travels to the controller."""
-    report.user_properties.append(("promises", sorted(promises_of(item))))
-    report.user_properties.append(("device", device_of(item)))
+    """Put the test's facts and evidence (how the contract's body ended: its stamp, its blame, its
+    reproducer, what it observed) on its report, which travels to the controller. The evidence is
+    read from the test's Record, not from the report's outcome, which a hook can rewrite."""
+    facts = item_facts(item)
     record = item.stash.get(RECORD, None)
-    if report.when != "call" or record is None:
-        return
-    if record.observed is not None:
-        report.user_properties.append(("observed", record.observed))
-    if report.failed:
-        if record.blamed is not None:
-            report.user_properties.append(("blame", record.blamed))
-        script = record.reproducer()
-        if script:
-            report.user_properties.append(("reproducer", script))
-            report.sections.append((REPRO_SECTION, script))
+    if record is not None:
+        facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail)
+        if record.observed is not None:
+            facts["observed"] = record.observed
+        if report.when == "call" and (record.stamp == "raised" or report.failed):
+            if record.blamed is not None:
+                facts["blame"] = record.blamed
+            script = record.reproducer()
+            if script:
+                facts["reproducer"] = script
+                report.sections.append((REPRO_SECTION, script))
+    report.user_properties.append((FACTS, facts))
 
 
 def message(report: pytest.TestReport) -> str:

@@ -52,6 +52,10 @@ class Record:
         self.observed: str | None = None
         self.blamed: str | None = None
         self._last: tuple[Scenario, Step | None] | None = None
+        # How the contract's own body ended, and why the contract skipped it (stamps.py).
+        self.stamp: str | None = None
+        self.stamp_detail: str | None = None
+        self.contract_skip: str | None = None
 
     def __repr__(self) -> str:
         # Hypothesis prints a failing example's arguments: an address would differ run to run.

@@ -31,7 +31,7 @@ from cpugpu_conformance import promises as P
 
 from . import budget, dtypes
 from . import strategies as s
-from .base import BufferTests, construct_blamed, construct_in
+from .base import BufferTests, construct_blamed, construct_in, contract_test
 from .helpers import host, sync
 from .reproducer import Name, Record, Scenario
 
@@ -249,7 +249,7 @@ class StateMachineTests(BufferTests):
 
     @pytest.mark.cpugpu_costly
     @pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
-    @pytest.mark.cpugpu_promise(*PROMISES)
+    @contract_test(*PROMISES)
     def test_buffer_state_machine(self, record, device, shard):
         machine = BufferStateMachine.for_class(device=device, shard=shard, suite=self, record=record)
         run_state_machine_as_test(machine, settings=self.state_machine_settings())

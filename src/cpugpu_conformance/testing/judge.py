@@ -1,0 +1,291 @@
+"""From what each test left behind to a verdict per promise and device: the library's rule.
+
+A promise passes on a device only when every contract test of it that applies there
+(manifest.py) was collected, ran its body to the end and raised nothing, as the test's own
+stamp says (stamps.py), for every class under test. Whatever else happened to a test is
+named, test by test:
+
+    failed      its body raised (even where a hook rewrote the report to passed, or an
+                xfail marker swallowed it), or its report failed
+    untested    deselected (-k, -m, --deselect, a conftest hook), never collected (the class
+                does not include its area), skipped, xfailed or xpassed, replaced by an
+                override, an error in its setup, or a report that says passed with no stamp
+    waived      replaced by an override that skips it: the team's decision, with its reason
+    skipped     the contract skipped it: a check this machine cannot make (a pass of the
+                other checks of the promise still stands, and the result names it)
+
+A promise's verdict is the worst of its tests: failed, then untested, then waived; a
+promise whose every test the contract skipped is ``skipped``. Plain data in, plain data
+out: xdist's controller, which imports no torch, runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpugpu_conformance.promises import RECORDED_ONLY
+
+from .stamps import COMPLETED, RAISED, SKIPPED, STOPPED
+
+HELD, FAILED, UNTESTED, WAIVED, CONTRACT_SKIPPED = "held", "failed", "untested", "waived", "contract_skipped"
+XPASS_STRICT = "[XPASS(strict)]"  # how pytest words the failure of a strict xfail test that passed
+
+
+@dataclass
+class TestEvidence:
+    """Everything the reports of one test said: its facts (reports.item_facts) and each phase."""
+
+    facts: dict[str, Any]
+    outcomes: dict[str, str] = field(default_factory=dict)  # setup/call/teardown -> passed/failed/skipped
+    stamp: str | None = None
+    stamp_detail: str | None = None
+    skip_reason: str | None = None
+    wasxfail: str | None = None  # None: not marked xfail
+    message: str | None = None  # the first failing phase's
+    failed_when: str | None = None
+    blame: str | None = None
+    reproducer: str | None = None
+    observed: str | None = None
+
+    @property
+    def nodeid(self) -> str:
+        return str(self.facts.get("nodeid"))
+
+    def add(self, when: str, outcome: str, props: Mapping[str, Any], message: str | None,
+            skip_reason: str | None, wasxfail: str | None) -> None:
+        self.outcomes[when] = outcome
+        if props.get("stamp") is not None:
+            self.stamp, self.stamp_detail = props["stamp"], props.get("stamp_detail")
+        for name in ("blame", "reproducer", "observed"):
+            if props.get(name) is not None:
+                setattr(self, name, props[name])
+        if wasxfail is not None:
+            self.wasxfail = wasxfail
+        if outcome == "skipped" and self.skip_reason is None:
+            self.skip_reason = skip_reason
+        if outcome == "failed" and self.failed_when is None:
+            self.failed_when, self.message = when, message
+
+
+@dataclass(frozen=True)
+class TestVerdict:
+    kind: str  # HELD, FAILED, UNTESTED, WAIVED, CONTRACT_SKIPPED
+    why: str | None = None
+
+
+def verdict_of(ev: TestEvidence) -> TestVerdict:
+    """What one test shows, from its stamp first and its reports second."""
+    facts = ev.facts
+    skipped = "skipped" in ev.outcomes.values() and ev.wasxfail is None
+    if ev.stamp == RAISED:
+        return TestVerdict(FAILED, ev.message or ev.stamp_detail)
+    if not facts.get("contract"):
+        if skipped and facts.get("opt_out"):
+            return TestVerdict(WAIVED, ev.skip_reason or "skipped by an override (no reason given)")
+        return TestVerdict(UNTESTED, f"replaced by an override in {facts.get('class')}: its body is not the contract's")
+    if ev.wasxfail is not None:
+        how = "xpassed" if "passed" in ev.outcomes.values() or ev.failed_when == "call" else "xfailed"
+        return TestVerdict(UNTESTED, f"marked xfail ({how}): {ev.wasxfail or 'no reason given'}")
+    if ev.failed_when == "call" and ev.stamp == COMPLETED and (ev.message or "").startswith(XPASS_STRICT):
+        return TestVerdict(UNTESTED, f"marked xfail (xpassed, strict): {ev.message}")
+    if ev.failed_when == "call":
+        return TestVerdict(FAILED, ev.message or "its report failed")
+    if ev.failed_when is not None:
+        return TestVerdict(UNTESTED, f"an error in its {ev.failed_when}: {ev.message or 'no message'}")
+    if ev.stamp == SKIPPED:
+        return TestVerdict(CONTRACT_SKIPPED, ev.stamp_detail)
+    if ev.stamp == STOPPED:
+        return TestVerdict(UNTESTED, ev.stamp_detail)
+    if skipped:
+        return TestVerdict(UNTESTED, f"skipped: {ev.skip_reason or 'no reason given'}")
+    if ev.stamp == COMPLETED and ev.outcomes.get("call") == "passed":
+        return TestVerdict(HELD)
+    if ev.outcomes.get("call") == "passed":
+        return TestVerdict(UNTESTED, "its report says passed, but the contract's body did not run to its end "
+                                     "(a hook rewrote the report?)")
+    return TestVerdict(UNTESTED, "it did not run to its end")
+
+
+@dataclass
+class Inventory:
+    """What the run collected and deselected among the library's tests (the worker's view)."""
+
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)  # nodeid -> item facts
+    deselected: set[str] = field(default_factory=set)
+
+    def classes(self) -> list[str]:
+        return sorted({str(f["class"]) for f in self.items.values()})
+
+    def find(self, cls: str, key: str) -> dict[str, Any] | None:
+        for facts in self.items.values():
+            if facts["class"] == cls and facts["key"] == key:
+                return facts
+        return None
+
+    def overrides(self, cls: str, test: str) -> bool:
+        return any(f["class"] == cls and f["test"] == test for f in self.items.values())
+
+    def as_data(self) -> dict[str, Any]:
+        return {"items": self.items, "deselected": sorted(self.deselected)}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Inventory:
+        return cls(dict(data.get("items") or {}), set(data.get("deselected") or ()))
+
+
+@dataclass
+class Judgement:
+    """Every test's verdict, and the failures each promise and device is blamed for."""
+
+    evidence: dict[str, TestEvidence]
+    inventory: Inventory
+    required: Mapping[str, Mapping[str, list[str]]]  # promise -> device -> keys (manifest.required)
+    area_of: Mapping[str, str]  # test name -> area class
+    verdicts: dict[str, TestVerdict] = field(default_factory=dict)
+    failures: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    blamed_elsewhere: dict[str, str] = field(default_factory=dict)  # nodeid -> the promise blamed instead
+
+    def __post_init__(self) -> None:
+        for nodeid, ev in self.evidence.items():
+            verdict = self.verdicts[nodeid] = verdict_of(ev)
+            if verdict.kind != FAILED:
+                continue
+            own = [str(p) for p in ev.facts.get("promises") or ()]
+            targets = [ev.blame] if ev.blame else own
+            for promise in targets:
+                failure = {"test": nodeid, "message": verdict.why or "failed", "reproducer": ev.reproducer}
+                self.failures.setdefault((promise, str(ev.facts.get("device"))), []).append(failure)
+            if ev.blame and ev.blame not in own:
+                self.blamed_elsewhere[nodeid] = ev.blame
+
+    def unattributed(self) -> list[dict[str, Any]]:
+        """Failed reports that are no failure of a promise (an override's own assertion, an error in
+        a setup, a strict xfail that passed): the run failed, and the result file must say so."""
+        out = []
+        for nodeid, ev in self.evidence.items():
+            if ev.failed_when is not None and self.verdicts[nodeid].kind != FAILED:
+                out.append({"test": nodeid, "message": ev.message or "failed"})
+        return out
+
+    def _stand_in(self, cls: str, key: str, device: str) -> TestEvidence | None:
+        """An override of a required test that reached the run under other parameters (an opt-out
+        ``def test_x(self)`` takes no device): it stands for the test on every device."""
+        name = key.split("[", 1)[0]
+        for ev in self.evidence.values():
+            facts = ev.facts
+            if facts["class"] == cls and facts["test"] == name and not facts.get("contract") \
+                    and facts.get("device") in (None, device):
+                return ev
+        return None
+
+    def any_held(self) -> bool:
+        """Whether any contract test ran its body to the end and held: something was tested."""
+        return any(v.kind == HELD for v in self.verdicts.values())
+
+    def classes(self) -> list[str]:
+        """The classes under test: those with a test that reached the run (one wholly deselected is not)."""
+        return sorted({str(ev.facts["class"]) for ev in self.evidence.values()})
+
+    def failed_tests_of(self, promise: str, device: str) -> list[dict[str, Any]]:
+        return self.failures.get((promise, device), [])
+
+    def _missing(self, cls: str, key: str) -> str:
+        """Why a required test left no report: deselected, dropped, or never in the class."""
+        facts = self.inventory.find(cls, key)
+        if facts is not None:
+            if facts["nodeid"] in self.inventory.deselected:
+                return "deselected (-k, -m, --deselect or a conftest hook)"
+            return "collected but never run (dropped by a conftest hook, or the run stopped before it)"
+        name = key.split("[", 1)[0]
+        if self.inventory.overrides(cls, name):
+            return f"replaced by an override in {cls} that changes its parameters"
+        area = self.area_of.get(name, "its area")
+        return f"not in {cls}: the class does not include {area} (subclass BufferContractTests for the whole contract)"
+
+    def entry(self, promise: str, device: str) -> dict[str, Any]:
+        """The verdict of one promise on one device the run was asked about, with the tests behind it."""
+        failures = self.failed_tests_of(promise, device)
+        held, observed = 0, []
+        untested: list[dict[str, str]] = []
+        waived: list[dict[str, str]] = []
+        skipped: list[dict[str, str]] = []
+        keys = list((self.required.get(promise) or {}).get(device) or [])
+        classes = self.classes()
+        if not classes:
+            untested.append({"test": "(none)", "why": "no contract test was collected or run"})
+        by_class_key = {(str(ev.facts["class"]), str(ev.facts["key"])): ev for ev in self.evidence.values()}
+        for cls in classes:
+            for key in keys:
+                ev = by_class_key.get((cls, key)) or self._stand_in(cls, key, device)
+                if ev is None:
+                    facts = self.inventory.find(cls, key)
+                    untested.append({"test": facts["nodeid"] if facts else f"{cls}::{key}",
+                                     "why": self._missing(cls, key)})
+                    continue
+                verdict = self.verdicts[ev.nodeid]
+                if verdict.kind == HELD:
+                    held += 1
+                    if ev.observed:
+                        observed.append(ev.observed)
+                elif verdict.kind == FAILED:
+                    if ev.nodeid in self.blamed_elsewhere:
+                        untested.append({"test": ev.nodeid, "why": "it stopped at a failure blamed on promise "
+                                                                   f"{self.blamed_elsewhere[ev.nodeid]}"})
+                elif verdict.kind == WAIVED:
+                    waived.append({"test": ev.nodeid, "reason": verdict.why or ""})
+                elif verdict.kind == CONTRACT_SKIPPED:
+                    skipped.append({"test": ev.nodeid, "why": verdict.why or ""})
+                else:
+                    untested.append({"test": ev.nodeid, "why": verdict.why or ""})
+        untested, waived, skipped = _unique(untested), _unique(waived), _unique(skipped)  # one override, many keys
+        out: dict[str, Any] = {"passed": held, "failed": len(failures),
+                               "skipped": len(untested) + len(waived) + len(skipped)}
+        for name, tests in (("untested_tests", untested), ("waived_tests", waived), ("skipped_tests", skipped)):
+            if tests:
+                out[name] = tests
+        if failures:
+            return {"verdict": "failed", "failures": failures, **out}
+        if untested:
+            return {"verdict": "skipped", "reason": _summary(untested, "why", len(keys) * max(1, len(classes)),
+                                                             "untested"), **out}
+        if waived:
+            return {"verdict": "waived", "reason": _summary(waived, "reason", None, "waived"), **out}
+        if not held:
+            return {"verdict": "skipped", "reason": "; ".join(sorted({t["why"] for t in skipped}))
+                    or "no test of this promise ran", **out}
+        out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
+        if observed:
+            out["observed"] = "; ".join(sorted(set(observed)))
+        if skipped:  # checks that could not run here: untested, and no part of the pass
+            out["reason"] = "passed on the checks that ran; the contract skipped: " + "; ".join(
+                sorted({t["why"] for t in skipped}))
+        return out
+
+
+def _unique(tests: list[dict[str, str]]) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for test in tests:
+        seen.setdefault(test["test"], test)
+    return list(seen.values())
+
+
+def _summary(tests: list[dict[str, str]], field_name: str, total: int | None, what: str) -> str:
+    first = tests[0]
+    of = f" of {total}" if total else ""
+    more = f" (+{len(tests) - 1} more)" if len(tests) > 1 else ""
+    if field_name == "reason":
+        return f"{len(tests)}{of} test(s) waived: {first['test']}: {first['reason']}{more}"
+    return f"{len(tests)}{of} test(s) {what}: {first['test']}: {first['why']}{more}"
+
+
+def untested_lines(entries: Iterable[tuple[str, str, Mapping[str, Any]]]) -> list[str]:
+    """One line per test that kept a promise from passing, for the run's last lines."""
+    lines = []
+    for promise, device, entry in entries:
+        for test in entry.get("untested_tests") or ():
+            lines.append(f"promise {promise} on {device}: {test['test']}: {test['why']}")
+        for test in entry.get("waived_tests") or ():
+            lines.append(f"promise {promise} on {device}: {test['test']}: waived: {test['reason']}")
+    return lines

@@ -1,0 +1,137 @@
+"""What the contract requires a run to have run: every test of each promise on each device.
+
+A promise passes on a device only when every one of its tests that applies there (each
+method, each parametrization) ran its body to the end (judge.py). Which tests those are
+comes from the library's own classes (contract.AREAS), never from what a run collected:
+a class that subclasses one area only, an override, ``-k``, ``--deselect`` or a conftest
+hook cannot shrink the list.
+
+A test is named by a key that does not depend on pytest's id order:
+``test_partial_copy[device=cpu,method=copy_to_gpu]``. ``key_of_item`` names a collected
+test the same way, so the two can be matched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from cpugpu_conformance.promises import not_applicable
+
+from .plan import DevicePlan, marked_devices
+from .reports import DEVICES_MARK, PROMISE_MARK
+
+
+def canonical(value: Any) -> str:
+    """A parameter's value as a key names it: a context by its name, a size as 4x3."""
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(value, (tuple, list)):
+        return "x".join(str(v) for v in value) or "()"
+    return str(value)
+
+
+def test_key(name: str, params: Mapping[str, Any]) -> str:
+    inside = ",".join(f"{arg}={canonical(params[arg])}" for arg in sorted(params))
+    return f"{name}[{inside}]" if inside else name
+
+
+def key_of_item(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    name = getattr(item, "originalname", None) or item.name
+    return test_key(name, callspec.params if callspec is not None else {})
+
+
+def _marks(function: Any, name: str) -> list[Any]:
+    return [mark for mark in getattr(function, "pytestmark", []) if mark.name == name]
+
+
+def _parametrizations(function: Any) -> list[list[dict[str, Any]]]:
+    """Each @pytest.mark.parametrize of a test, as the list of argument dicts it makes."""
+    out = []
+    for mark in _marks(function, "parametrize"):
+        argnames, argvalues = mark.args[0], mark.args[1]
+        names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+        rows = []
+        for value in argvalues:
+            values = getattr(value, "values", None)  # a pytest.param(...)
+            if values is None:
+                values = (value,) if len(names) == 1 else tuple(value)
+            rows.append(dict(zip(names, values)))
+        out.append(rows)
+    return out
+
+
+def _uses_context(cls: type, function: Any) -> bool:
+    """Whether the plugin parametrizes the test by creation context: it asks for `context`, or for
+    a fixture of its class that does (side_effects.py's changing_context)."""
+    names = list(inspect.signature(function).parameters)
+    if "context" in names:
+        return True
+    for name in names:
+        fixture = getattr(cls, name, None)
+        if fixture is None or not hasattr(fixture, "_fixture_function_marker") and \
+                not hasattr(fixture, "_pytestfixturefunction"):
+            continue
+        try:
+            if "context" in inspect.signature(fixture).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
+def contract_tests(areas: Iterable[type]) -> list[tuple[type, str, Any]]:
+    """(area class, test name, function) for every test the library's classes define."""
+    return [(cls, name, fn) for cls in areas for name, fn in vars(cls).items()
+            if name.startswith("test") and callable(fn)]
+
+
+def required(plan: DevicePlan, chosen: frozenset[str] | None, areas: Iterable[type] | None = None,
+             ) -> dict[str, dict[str, list[str]]]:
+    """promise -> device -> the keys of every contract test of it that must run there: the devices
+    this run makes tests for (tested, or asked for and missing), the promises it asked for."""
+    if areas is None:
+        from .contract import AREAS
+
+        areas = AREAS
+    from .contexts import contexts_for
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for cls, name, function in contract_tests(areas):
+        promises = sorted({str(n) for mark in _marks(function, PROMISE_MARK) for n in mark.args}, key=int)
+        allowed_names = [str(n) for mark in _marks(function, DEVICES_MARK) for n in mark.args]
+        allowed = marked_devices(allowed_names) if allowed_names else None
+        per_context = _uses_context(cls, function)
+        for device in plan.parametrized:
+            if allowed is not None and device not in allowed:
+                continue
+            axes = _parametrizations(function)
+            if per_context:
+                axes.append([{"context": c} for c in contexts_for(device)])
+            for combo in itertools.product(*axes):
+                params: dict[str, Any] = {"device": device}
+                for part in combo:
+                    params.update(part)
+                key = test_key(name, params)
+                for promise in promises:
+                    if chosen is not None and promise not in chosen:
+                        continue
+                    if not_applicable(promise, device, plan.accelerators) is not None:
+                        continue
+                    out.setdefault(promise, {}).setdefault(device, []).append(key)
+    return out
+
+
+def area_of(areas: Iterable[type] | None = None) -> dict[str, str]:
+    """test name -> the area class that defines it: what a class must include to run it."""
+    if areas is None:
+        from .contract import AREAS
+
+        areas = AREAS
+    return {name: cls.__name__ for cls, name, _ in contract_tests(areas)}
