@@ -21,6 +21,8 @@ the last line; a baseline and candidate that are one file (or equal results) get
 warning. Observed torch behaviour is compared only between cells that ran on the same
 kind of machine (no accelerator, or which GPU: the result's environment says): across
 kinds the gate says so in one warning and counts no change, with or without --strict.
+A promise the team waived (opted out of, with a reason) in both cells is listed as NOT
+COMPARED: no gap, and no pass; waived on one side only, it is a gap (exit 2).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
 
     notes = [f"fixed: {c.line()}" for c in cmp.fixed]
     notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)" for c in cmp.still_failing]
+    notes += [f"NOT COMPARED: promise {c.promise} ({c.title}) on {c.device}: waived in both cells "
+              f"({c.after.note or 'no reason given'}): not tested, so neither a gap nor a pass" for c in cmp.not_compared]
     notes += [f"WARNING: {w}" for w in cmp.warnings]
     notes += [f"WARNING: promise {c.promise} ({c.title}) on {c.device} recorded something else: "
               f"{c.before.describe()} -> {c.after.describe()} (recorded, not judged)" for c in cmp.recorded_changes]

@@ -117,6 +117,7 @@ class Comparison:
     regressions: list[Change] = field(default_factory=list)
     fixed: list[Change] = field(default_factory=list)
     still_failing: list[Change] = field(default_factory=list)  # failed in both: no regression, but no pass
+    not_compared: list[Change] = field(default_factory=list)  # waived in both: the team's opt-out, never a pass
     verdict_changes: list[Change] = field(default_factory=list)  # every pair whose outcome differs
     recorded_changes: list[Change] = field(default_factory=list)
     observation_changes: list[tuple[str, str | None, str | None]] = field(default_factory=list)
@@ -184,6 +185,10 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
                                     f"{out.describe()} (baseline: {baseline.machine}; candidate: {candidate.machine})")
                 continue
             change = Change(promise, baseline.title(promise), device, before, after)
+            if before.kind == after.kind == "waived":
+                # The team opted out on both sides: nothing to compare, no gap, and no pass either.
+                cmp.not_compared.append(change)
+                continue
             if _answer_of(promise, before) != _answer_of(promise, after):
                 cmp.verdict_changes.append(change)
             gaps = [(s, c, o) for s, c, o in (("baseline", baseline, before), ("candidate", candidate, after)) if not o.is_verdict]

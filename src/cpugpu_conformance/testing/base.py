@@ -8,6 +8,7 @@ run checks through it, so each failure carries a standalone reproducer (reproduc
 from __future__ import annotations
 
 import inspect
+import linecache
 import textwrap
 from typing import Any, ClassVar
 
@@ -145,6 +146,26 @@ def construct_blamed(record: Record, promise: str, construct: Any) -> None:
     record.blame(promise)
     construct()
     record.blame(before)
+
+
+def line_that_raised(exc: BaseException, function: Any) -> str:
+    """The source line of ``function`` that was running when ``exc`` was raised ('' if none was):
+    a check that does several things in one function (a scenario must stay one call to run in one
+    context) blames the promise of the step that broke."""
+    line, tb = "", exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is function.__code__:
+            line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+        tb = tb.tb_next
+    return line
+
+
+def blame_by_line(record: Record, exc: BaseException, function: Any, blames: tuple[tuple[str, str], ...],
+                  default: str | None = None) -> None:
+    """Blame the promise of the first of ``blames`` (text the line holds, promise) that the line of
+    ``function`` that raised ``exc`` holds; else ``default`` (None: the test's own promise)."""
+    line = line_that_raised(exc, function)
+    record.blame(next((promise for text, promise in blames if text in line), default))
 
 
 def property_test(*promises: str, examples: settings | None = None) -> Any:

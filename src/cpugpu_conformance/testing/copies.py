@@ -28,11 +28,14 @@ class StoragesForLifeTests(BufferTests):
 
     @property_test(P.FOR_LIFE)
     def test_copies_keep_the_storages(self, record, device, data):
+        record.blame(None)
         sc = self.build(record, device, data, s.byte_dtype(device))
         sc.call(checks.capture, into=("captured", "storages"))
         length = sc["size"][0]
         calls = data.draw(st.lists(st.tuples(st.sampled_from(checks.COPY_METHODS), s.slice_end(length)),
                                    min_size=1, max_size=5), label="copies")
         sc.bind(calls=calls)
+        record.blame(P.PARTIAL_COPIES)  # a copy that raises (an n it refuses) breaks promise 8, not 9
         sc.call(checks.copies)
+        record.blame(None)
         sc.call(checks.still_captured)
