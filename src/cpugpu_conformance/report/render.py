@@ -244,14 +244,22 @@ def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[st
     for col in shown:
         answer = view.device_answer(col.cell, col.device)
         cell_answer = col.cell.result.answer()
+        untested = [marks_of[n][col.index] for n in numbers if marks_of[n][col.index].kind == "untested"]
+        # A row untested throughout for one reason (a device that was missing) says it once, by its answer.
+        reason = untested[0].note if len(untested) > 1 and len({out.note for out in untested}) == 1 else None
         rows.append({
             "col": col,
             "answer": answer,
+            # a cell that did not complete has its status as every mark: the page says it once across the row
+            "status": None if col.cell.completed else col.cell.mark(numbers[0], col.device),
+            "reason": reason,
             # the cell's own answer (the gate's), where it says more than the answer on this device
             "cell_answer": None if cell_answer.kind == answer.kind else cell_answer,
-            "marks": [{"mark": marks_of[n][col.index], "style": MARKS[marks_of[n][col.index].kind],
-                       "anchor": f"fail-{col.index}-{i}", "same_as": repeats[n].get(col.index)}
-                      for i, n in enumerate(numbers, 1)],
+            "marks": [{"mark": out, "style": MARKS[out.kind], "anchor": f"fail-{col.index}-{i}",
+                       "same_as": repeats[n].get(col.index),
+                       "note_shown": bool(out.note) and out.kind in NOTED_KINDS
+                       and not (reason is not None and out.kind == "untested")}
+                      for i, n in enumerate(numbers, 1) for out in [marks_of[n][col.index]]],
         })
     return rows
 

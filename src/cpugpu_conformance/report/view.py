@@ -372,9 +372,11 @@ def device_summaries(cells: list[ReportedCell]) -> list[DeviceSummary]:
 
 
 def release_span(cells: Iterable[ReportedCell]) -> tuple[str, str] | None:
-    """(oldest, newest) release in the matrix, None when it is empty."""
+    """(oldest, newest) release in the matrix, None when it is empty. Releases that are not
+    version numbers (a cell that failed before it knew its torch) count only when no other does."""
     ordered = sorted(cells, key=lambda c: c.sort_key)
-    return (ordered[0].release, ordered[-1].release) if ordered else None
+    versions = [c for c in ordered if c.release[:1].isdigit()] or ordered
+    return (versions[0].release, versions[-1].release) if versions else None
 
 
 # --- observed torch behaviour -------------------------------------------------------
