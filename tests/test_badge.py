@@ -126,3 +126,34 @@ def test_the_badge_is_published_with_the_page_all_or_nothing(tmp_path: Path, mon
     monkeypatch.undo()
     assert {name: (out / name).read_bytes() for name in render.OUTPUTS} == before
     assert sorted(p.name for p in out.iterdir()) == sorted(render.OUTPUTS)  # no staged or backup file left
+
+
+def test_a_failure_outside_any_promise_counts_against_every_device_of_its_cell(tmp_path: Path):
+    broken = rf.completed("2.15.0", cuda=True, failed=FAILS)
+    broken["promises"]["3"]["devices"]["cpu"] = {"verdict": "passed", "passed": 3, "failed": 0, "skipped": 0}
+    broken["unattributed_failures"] = [{"test": "test_module_setup", "message": "RuntimeError: fixture broke"}]
+    got = badge_of(tmp_path, {"2.14.1.json": rf.completed("2.14.1", cuda=True), "2.15.0.json": broken})
+    assert got["message"] == "cpu 1/2 conform | cuda 1/2 conform" and got["color"] == "red"
+    data = json.loads((tmp_path / "compat" / "compat.json").read_text(encoding="utf-8"))
+    for device in data["summary"]["devices"]:
+        assert [(r["release"], r["answer"]) for r in device["not_conforming"]] == [("2.15.0", "failed")]
+
+
+def test_two_cells_of_one_release_on_one_device_both_must_conform(tmp_path: Path):
+    cells = {"cpu.json": rf.completed("2.15.0", cell="torch-2.15.0-cpu"),
+             "gpu.json": rf.completed("2.15.0", cell="local-h200", cuda=True, failed=FAILS)}
+    got = badge_of(tmp_path, cells)
+    # 2.15.0 passed on cpu in one cell and failed on cpu in the other: it does not conform on cpu
+    assert got["message"] == "cpu 0/1 conform | cuda 1/1 conform" and got["color"] == "red"
+
+
+def test_the_page_names_at_most_a_few_releases_that_do_not_conform_and_counts_the_rest(tmp_path: Path):
+    releases = [f"2.{minor}.0" for minor in range(12)]
+    got = badge_of(tmp_path, cpu_cells(*releases, failed=FAILS))
+    assert got["message"] == "cpu 0/12 conform | cuda: never run"
+    html = (tmp_path / "compat" / "index.html").read_text(encoding="utf-8")
+    row = html[html.index('<table id="answer-table">'):html.index("</table>", html.index('<table id="answer-table">'))]
+    assert f"2.{11}.0 (FAILED)" in row and "2.4.0 (FAILED)" in row and "2.3.0 (FAILED)" not in row
+    assert f", and {12 - render.NOT_CONFORMING_SHOWN} more" in row
+    data = json.loads((tmp_path / "compat" / "compat.json").read_text(encoding="utf-8"))
+    assert len(data["summary"]["devices"][0]["not_conforming"]) == 12  # the data is whole

@@ -384,3 +384,12 @@ def test_each_report_module_imports_alone(module: str):
     proc = subprocess.run([sys.executable, "-c", f"import cpugpu_conformance.report.{module}"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_docs_list_every_mark_as_the_page_shows_it():
+    docs = (ROOT / "docs" / "report-page.md").read_text(encoding="utf-8")
+    for style in marks.MARKS.values():
+        assert f"| {style.label} |" in docs, style.label
+    for style in marks.ANSWERS.values():
+        assert style.label in docs, style.label
+    assert emoji_in(docs) == []
