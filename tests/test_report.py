@@ -1,4 +1,4 @@
-"""report: result files -> compat.json, COMPAT.md, index.html."""
+"""report: result files -> compat.json, COMPAT.md, index.html, badge.json."""
 
 from __future__ import annotations
 
@@ -133,26 +133,32 @@ def parse(html: str) -> Page:
 
 
 def matrix(page: Page) -> tuple[list[str], dict[str, dict[str, tuple[dict[str, str], str]]]]:
-    """(column labels, row title -> column label -> (attrs, text)) of the promise table,
-    the cell answers under the title "Cell answer"."""
+    """(row labels, newest first; promise title -> row label -> (attrs, text)) of the matrix,
+    whose rows are release x device and whose columns are the promises; each row's answer is
+    under the title "Answer"."""
     header, *rows = page.tables["matrix"]
-    labels = [text.strip() for _, _, text in header[1:]]
-    table = {}
+    titles = [" ".join(text.split()) for _, _, text in header[1:]]
+    assert header[0][2].strip() == "Release, device" and titles[0] == "Answer", titles
+    labels, table = [], {title: {} for title in titles}
     for row in rows:
-        title = row[0][2].strip()
-        assert len(row) == len(header), f"row {title!r} has {len(row)} cells, header {len(header)}"
-        table[title] = {label: (attrs, text.strip()) for label, (_, attrs, text) in zip(labels, row[1:])}
+        label = " ".join(row[0][2].split())
+        # a cell spanning columns (a cell that did not complete: one mark for every promise) stands in each
+        cells = [cell for cell in row[1:] for _ in range(int(cell[1].get("colspan") or 1))]
+        assert row[0][0] == "th" and len(cells) == len(titles), f"row {label!r} has {len(cells)} cells, header {len(header)}"
+        labels.append(label)
+        for title, (_, attrs, text) in zip(titles, cells):
+            table[title][label] = (attrs, " ".join(text.split()))
     return labels, table
 
 
-def test_writes_the_three_files_and_no_temporaries(report_dir: Path):
-    assert sorted(p.name for p in report_dir.iterdir()) == ["COMPAT.md", "compat.json", "index.html"]
+def test_writes_the_four_files_and_no_temporaries(report_dir: Path):
+    assert sorted(p.name for p in report_dir.iterdir()) == ["COMPAT.md", "badge.json", "compat.json", "index.html"]
 
 
 def test_compat_json_validates_against_its_schema_and_carries_every_cell(report_dir: Path):
     data = json.loads((report_dir / "compat.json").read_text(encoding="utf-8"))
     jsonschema.validate(data, results.schema("compat"))
-    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 4)
+    assert (data["schema"], data["schema_version"]) == ("cpugpu-conformance/compat", 5)
     names = {c["cell"] for c in data["cells"]}
     assert names == {f"torch-{v}" for v in RELEASES}
     assert sorted(data["generated_from"]) == sorted(f"{n}.json" for n in names)
@@ -177,10 +183,15 @@ def test_the_marks_are_the_outcome_kinds_and_the_schema_knows_them_all():
     answer_kinds = results.schema("compat")["$defs"]["answer_kind"]["enum"]
     statuses = [s for s in results.CELL_STATUSES if s != "completed"]
     assert set(mark_kinds) == set(marks.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
-                                                   "not_requested", *statuses}
-    assert set(answer_kinds) == set(marks.ANSWERS) == {"passed", "failed", "untested", *statuses}
-    labels = [style.label for style in marks.MARKS.values()]
-    assert len(set(labels)) == len(labels) and not any("pass" in marks.MARKS[k].word for k in statuses)
+                                                   "not_requested", "waived", "known_failure", *statuses}
+    assert set(answer_kinds) == set(marks.ANSWERS) == {"passed", "failed", "untested", "waived", "known_failure",
+                                                       *statuses}
+    assert {*results.VERDICT_KINDS, *results.NOT_ASKED_KINDS} <= set(marks.MARKS)
+    for styles in (marks.MARKS, marks.ANSWERS):
+        labels = [style.label for style in styles.values()]
+        assert len(set(labels)) == len(labels)
+        # only a pass reads as one: no other mark's word says pass or clean
+        assert [k for k, s in styles.items() if "pass" in s.word or "clean" in s.word] == ["passed"]
 
 
 def test_compat_json_schema_rejects_a_pass_mark_it_does_not_know(report_dir: Path):
@@ -238,48 +249,71 @@ def test_html_escapes_result_text(report_dir: Path):
 
 
 RELEASES = ["2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]
-# A column per device each cell was asked to test: 2.13.0 asked for cuda and had none.
-COLUMNS = [(r, d) for r in RELEASES for d in (("cpu", "cuda") if r in ("2.13.0", "2.14.1") else ("cpu",))]
+# A row per device each cell was asked to test: 2.13.0 asked for cuda and had none.
 
 
-def test_html_matrix_has_one_column_per_cell_and_asked_device_in_version_order(report_dir: Path):
-    labels, _ = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    assert labels == [f"{r} {d}" for r, d in COLUMNS]
+# The matrix's rows: newest release first, each cell's devices in contract order.
+ROWS = [(r, d) for r in reversed(RELEASES) for d in (("cpu", "cuda") if r in ("2.13.0", "2.14.1") else ("cpu",))]
 
 
-def test_every_column_shows_its_cell_answer_and_only_a_clean_cell_reads_clean(report_dir: Path):
+def test_html_matrix_has_one_row_per_cell_and_asked_device_newest_first(report_dir: Path):
     labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    answers = {label: text for label, (_, text) in table["Cell answer"].items()}
-    assert [label for label, text in answers.items() if text == "✅ clean"] == ["2.14.0 cpu"]
-    assert answers["2.14.1 cpu"] == answers["2.14.1 cuda"] == "❌ FAILED"
-    # every promise that was tested on 2.13.0 cpu passed, but its cuda was not there: not clean
-    assert answers["2.13.0 cpu"] == answers["2.13.0 cuda"] == "❓ UNTESTED"
-    assert answers["2.12.1 cpu"] == "❓ UNTESTED"
-    assert answers["2.8.0 cpu"] == "⏹ interrupted"
-    attrs, _ = table["Cell answer"]["2.12.1 cpu"]
+    assert labels == [f"{r} {d}" for r, d in ROWS]
+    assert list(table) == ["Answer", *(f"{n}. {title}" for n, title in PROMISES.items())]
+
+
+def label(kind: str) -> str:
+    """How a mark reads on the page: its symbol and its word."""
+    return marks.MARKS[kind].label
+
+
+def answer(kind: str) -> str:
+    return marks.ANSWERS[kind].label
+
+
+def test_every_row_shows_its_answer_on_its_device_and_only_a_clean_one_reads_clean(report_dir: Path):
+    labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
+    answers = {label: text for label, (_, text) in table["Answer"].items()}
+    clean = [row for row, text in answers.items() if text.startswith(answer("passed"))]
+    # 2.13.0 passed every promise on cpu; its cuda was not there, so the cell is not clean, and says so
+    assert clean == ["2.14.1 cuda", "2.14.0 cpu", "2.13.0 cpu"]
+    assert answers["2.14.0 cpu"] == answer("passed")
+    assert answers["2.13.0 cpu"] == f"{answer('passed')} cell: {answer('untested')}"
+    # untested throughout for one reason: said once, by the answer
+    assert answers["2.13.0 cuda"] == f"{answer('untested')} every promise: {NO_CUDA}"
+    assert answers["2.14.1 cpu"] == answer("failed")
+    assert answers["2.14.1 cuda"] == f"{answer('passed')} cell: {answer('failed')}"
+    assert answers["2.12.1 cpu"] == answers["2.12.1 cpu"] == answer("untested")
+    assert answers["2.8.0 cpu"] == label("interrupted")
+    attrs, _ = table["Answer"]["2.12.1 cpu"]
     assert "promise 4" in attrs["title"] and "a-untested" in attrs["class"]
-    md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
-    answer_row = markdown_table(md)[2]
-    assert answer_row[0] == "**Cell answer**" and answer_row.count("✅ clean") == 1
+    cuda_attrs, _ = table["Answer"]["2.13.0 cuda"]
+    assert "on cuda: untested" in cuda_attrs["title"] and "on cpu" not in cuda_attrs["title"]
+    md_answers = md_matrix((report_dir / "COMPAT.md").read_text(encoding="utf-8"))[1]["Answer"]
+    assert [row for row, text in md_answers.items() if text.startswith(answer("passed"))] == clean
+    assert md_answers["2.13.0 cpu"] == f"{answer('passed')} (cell: {answer('untested')})"
 
 
 def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: Path):
     labels, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
-    assert len(table) == len(PROMISES) + 1  # and the answer row
-    words = {"crashed": "💥 crashed", "timed_out": "⏱ timed out", "not_installed": "📦 not installed",
-             "wrong_torch": "🚫 wrong torch", "error": "⚠️ error", "interrupted": "⏹ interrupted"}
+    assert len(table) == len(PROMISES) + 1  # and the answer column
+    words = {status: label(status) for status in ("crashed", "timed_out", "not_installed", "wrong_torch", "error",
+                                                 "interrupted")}
     release_of = {"crashed": "2.15.0", "timed_out": "2.10.0", "not_installed": "2.9.1", "wrong_torch": "2.11.0",
                   "error": "2.12.0", "interrupted": "2.8.0"}
     for status, release in release_of.items():
         cols = [label for label in labels if label.startswith(f"{release} ")]
         assert len(cols) == 1  # the device it asked for
         for title, row in table.items():
-            if title == "Cell answer":
+            if title == "Answer":
                 continue
             for col in cols:
                 attrs, text = row[col]
-                assert text == words[status]
+                # one mark across the row, with the status's headline: every promise has it
+                assert text.startswith(f"{words[status]} (every promise)")
+                assert attrs["colspan"] == str(len(PROMISES))
                 assert f"m-{status}" in attrs["class"] and "pass" not in text
+    assert table["2. Zeroed"]["2.15.0 cpu"][1] == f"{label('crashed')} (every promise) pytest killed by SIGABRT; last lines of the log"
     # the full detail (the log's tail) is on the page, and the headline on hover
     html = (report_dir / "index.html").read_text(encoding="utf-8")
     assert '<pre class="detail">' + CRASH_DETAIL + "</pre>" in html
@@ -289,19 +323,20 @@ def test_cells_without_verdicts_are_marked_in_every_row_never_pass(report_dir: P
 def test_html_marks_pass_fail_untested_na_recorded(report_dir: Path):
     _, table = matrix(parse((report_dir / "index.html").read_text(encoding="utf-8")))
     row3 = table["3. Mutable wherever they were made"]
-    assert row3["2.13.0 cpu"][1] == "✅ pass"
-    assert row3["2.14.1 cpu"][1] == "❌ FAIL"
-    assert row3["2.14.1 cuda"][1] == "✅ pass"
+    assert row3["2.13.0 cpu"][1] == "✓ pass" == label("passed")
+    assert row3["2.14.1 cpu"][1] == "✗ FAIL" == label("failed")
+    assert row3["2.14.1 cuda"][1] == label("passed")
     # a device asked for but missing is untested, with the reason, and never looks like a pass
     untested_attrs, untested_text = row3["2.13.0 cuda"]
-    assert untested_text == f"❓ untested {NO_CUDA}" and untested_attrs["title"] == NO_CUDA
+    # the reason is on hover, and said once for the row by its answer (every promise there is untested for it)
+    assert untested_text == "? untested" and untested_attrs["title"] == NO_CUDA
     assert "m-untested" in untested_attrs["class"]
     missing_attrs, missing_text = table["4. Two storages"]["2.12.1 cpu"]
-    assert missing_text.startswith("❓ untested") and "no verdict for promise 4" in missing_attrs["title"]
-    assert table["10. Devices"]["2.14.0 cpu"][1] == "➖ n/a"
-    assert table["10. Devices"]["2.14.1 cuda"][1] == "✅ pass"
+    assert missing_text.startswith(label("untested")) and "no verdict for promise 4" in missing_attrs["title"]
+    assert table["10. Devices"]["2.14.0 cpu"][1] == "– n/a" == label("not_applicable")
+    assert table["10. Devices"]["2.14.1 cuda"][1] == label("passed")
     row11 = table[f"11. {PROMISES['11']}"]
-    assert row11["2.14.1 cpu"][1] == f"📝 recorded {OBSERVED_11}"
+    assert row11["2.14.1 cpu"][1] == " ".join(f"¶ recorded {OBSERVED_11}".split())
 
 
 def test_html_links_each_failure_to_its_reproducer(report_dir: Path):
@@ -357,28 +392,33 @@ def test_a_changed_probe_description_is_not_a_behaviour_change(tmp_path: Path):
 
 
 def markdown_table(md: str) -> list[list[str]]:
-    """The promise matrix of COMPAT.md (the table whose header starts with 'Promise')."""
-    lines = md[md.index("\n| Promise |") + 1:].split("\n\n", 1)[0].splitlines()
+    """The matrix of COMPAT.md (the table whose header starts with 'Release, device'), row by row."""
+    lines = md[md.index("\n| Release, device |") + 1:].split("\n\n", 1)[0].splitlines()
     return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
 
 
-def test_markdown_table_has_every_column_and_escapes_cell_text(report_dir: Path):
+def md_matrix(md: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """(row labels, newest first; column title -> row label -> text) of COMPAT.md's matrix, as matrix() reads the page."""
+    header, rule, *rows = markdown_table(md)
+    assert header[:2] == ["Release, device", "Answer"] and all(len(r) == len(header) for r in [rule, *rows])
+    labels = [row[0].removeprefix("**").removesuffix("**") for row in rows]
+    return labels, {title: {label: row[i] for label, row in zip(labels, rows)} for i, title in enumerate(header[1:], 1)}
+
+
+def test_markdown_table_has_every_row_and_escapes_cell_text(report_dir: Path):
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
-    table = markdown_table(md)
-    header, rule, answers, *rows = table
-    assert header[1:] == [f"{r} {d}" for r, d in COLUMNS] and all(len(r) == len(header) for r in [rule, *rows])
-    assert len(rows) == len(PROMISES)
-    row11 = rows[list(PROMISES).index("11")]
-    recorded = row11[header.index("2.14.1 cpu")]
-    assert recorded == "📝 recorded: RuntimeError: accelerator \\| none<br>second line &lt;b&gt;"
-    crashed = header.index("2.15.0 cpu")
-    assert all(r[crashed] == "💥 crashed" for r in rows)
+    labels, table = md_matrix(md)
+    assert labels == [f"{r} {d}" for r, d in ROWS]
+    assert list(table) == ["Answer", *(f"{n}. {title}" for n, title in PROMISES.items())]
+    recorded = table[f"11. {PROMISES['11']}"]["2.14.1 cpu"]
+    assert recorded == "¶ recorded: RuntimeError: accelerator \\| none<br>second line &lt;b&gt;"
+    assert all(column["2.15.0 cpu"] == label("crashed") for column in table.values())
     assert "<script>" not in md.replace("```python\n" + REPRODUCER, "")  # only inside its code fence
 
 
 def test_markdown_lists_legend_environments_and_reproducers(report_dir: Path):
     md = (report_dir / "COMPAT.md").read_text(encoding="utf-8")
-    for style in [*marks.MARKS.values(), marks.ANSWERS["passed"], marks.ANSWERS["untested"]]:
+    for style in [*marks.MARKS.values(), *marks.ANSWERS.values()]:
         assert f"| {style.label} |" in md
     assert "### torch-2.14.1" in md and "- gpu_name: NVIDIA H200" in md
     assert "```python\n" + REPRODUCER + "```" in md
@@ -411,15 +451,17 @@ def test_two_cells_of_one_release_are_told_apart(tmp_path: Path):
     rf.write(d, "cpu.json", rf.completed("2.13.0", cell="torch-2.13.0"))
     rf.write(d, "gpu.json", rf.completed("2.13.0+cu128", cell="local-h200", cuda=True))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
-    header = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))[0]
-    assert header[1:] == ["2.13.0 cpu (local-h200)", "2.13.0 cuda (local-h200)", "2.13.0 cpu (torch-2.13.0)"]
+    labels, _ = md_matrix((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    # the same release: in cell order, reversed as the rows are (newest first), each cell's devices in order
+    assert labels == ["2.13.0 cpu (torch-2.13.0)", "2.13.0 cpu (local-h200)", "2.13.0 cuda (local-h200)"]
 
 
 def test_out_inside_results_dir_does_not_read_its_own_output(results_dir: Path, tmp_path: Path, capsys):
     own = shutil.copytree(results_dir, tmp_path / "results")
     assert main(["report", str(own), "--out", str(own)]) == 0
     assert main(["report", str(own), "--out", str(own)]) == 0
-    assert "compat.json" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "compat.json" not in err and "badge.json" not in err
     assert len(json.loads((own / "compat.json").read_text(encoding="utf-8"))["cells"]) == len(RELEASES)
 
 
@@ -454,12 +496,15 @@ def test_a_device_the_cell_was_not_asked_for_gets_no_column(tmp_path: Path):
     for name, result in (("a.json", cpu_only), ("b.json", missing_gpu), ("c.json", crashed)):
         rf.write(d, name, result)
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
-    header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
-    assert header[1:] == ["2.13.0 cpu", "2.14.1 cpu", "2.14.1 cuda", "2.15.0 cpu"]
-    assert all(row[3].startswith("❓ untested") for row in rows[:10]), "a device asked for but missing is untested"
-    assert rows[10][3] == "➖ n/a"  # promise 11 is about cpu only
-    assert answers[1:] == ["✅ clean", "❓ UNTESTED", "❓ UNTESTED", "💥 crashed"]
-    assert all("crashed" in row[4] for row in rows)
+    labels, table = md_matrix((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert labels == ["2.15.0 cpu", "2.14.1 cpu", "2.14.1 cuda", "2.13.0 cpu"]
+    promises = [column for title, column in table.items() if title != "Answer"]
+    assert all(column["2.14.1 cuda"].startswith(label("untested")) for column in promises[:10]), \
+        "a device asked for but missing is untested"
+    assert promises[10]["2.14.1 cuda"] == label("not_applicable")  # promise 11 is about cpu only
+    assert [table["Answer"][row] for row in labels] == [
+        label("crashed"), f"{answer('passed')} (cell: {answer('untested')})", answer("untested"), answer("passed")]
+    assert all("crashed" in column["2.15.0 cpu"] for column in table.values())
 
 
 def test_promises_left_out_with_promise_are_not_requested_and_not_untested(tmp_path: Path):
@@ -472,9 +517,10 @@ def test_promises_left_out_with_promise_are_not_requested_and_not_untested(tmp_p
             promise["devices"]["cpu"] = {"verdict": "not_requested"}
     rf.write(d, "a.json", chosen)
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
-    _header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
-    assert answers[1] == "✅ clean"
-    assert [row[1] for row in rows[1:4]] == ["⏭ not requested", "✅ pass", "⏭ not requested"]
+    _, table = md_matrix((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert table["Answer"]["2.13.0 cpu"] == answer("passed")
+    assert [column["2.13.0 cpu"] for column in list(table.values())[2:5]] == [
+        label("not_requested"), label("passed"), label("not_requested")]
 
 
 def test_a_cell_that_names_no_device_still_gets_a_column(tmp_path: Path):
@@ -483,9 +529,9 @@ def test_a_cell_that_names_no_device_still_gets_a_column(tmp_path: Path):
     rf.write(d, "a.json", rf.completed("2.13.0"))
     rf.write(d, "b.json", rf.validate(results.CellResult.new("ci-fallback", "error", detail="nox failed before the cell ran")))
     assert main(["report", str(d), "--out", str(tmp_path / "o")]) == 0
-    header, _rule, answers, *rows = markdown_table((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
-    assert header[1:] == ["2.13.0 cpu", f"unknown {compat.NO_DEVICE}"]
-    assert answers[2] == "⚠️ error" and all(row[2] == "⚠️ error" for row in rows)
+    labels, table = md_matrix((tmp_path / "o" / "COMPAT.md").read_text(encoding="utf-8"))
+    assert labels == [f"unknown {compat.NO_DEVICE}", "2.13.0 cpu"]
+    assert all(column[labels[0]] == label("error") for column in table.values())
 
 
 def test_duplicate_cell_names_are_flagged_and_each_column_names_its_file(tmp_path: Path, capsys):
@@ -498,8 +544,8 @@ def test_duplicate_cell_names_are_flagged_and_each_column_names_its_file(tmp_pat
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "torch-2.13.0" in warnings[0]
     assert "first.json" in warnings[0] and "second.json" in warnings[0]
-    header = markdown_table((out / "COMPAT.md").read_text(encoding="utf-8"))[0]
-    assert header[1:] == ["2.13.0 cpu (torch-2.13.0, from first.json)", "2.13.0 cpu (torch-2.13.0, from second.json)"]
+    labels, _ = md_matrix((out / "COMPAT.md").read_text(encoding="utf-8"))
+    assert labels == ["2.13.0 cpu (torch-2.13.0, from second.json)", "2.13.0 cpu (torch-2.13.0, from first.json)"]
     md = (out / "COMPAT.md").read_text(encoding="utf-8")
     assert "**Duplicate cells**" in md and "- torch-2.13.0: `first.json`, `second.json`" in md
     html = (out / "index.html").read_text(encoding="utf-8")
@@ -539,7 +585,8 @@ def test_a_report_keeps_other_files_in_out_and_publishes_0644(results_dir: Path,
         assert main(["report", str(results_dir), "--out", str(previous)]) == 0
     finally:
         os.umask(old_umask)
-    assert sorted(p.name for p in previous.iterdir()) == ["COMPAT.md", "README.txt", "compat.json", "index.html"]
+    assert sorted(p.name for p in previous.iterdir()) == ["COMPAT.md", "README.txt", "badge.json", "compat.json",
+                                                          "index.html"]
     assert (previous / "README.txt").read_text(encoding="utf-8") == "mine\n"
     for name in report.OUTPUTS:
         assert not (previous / name).read_text(encoding="utf-8").startswith("previous")

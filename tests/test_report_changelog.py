@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import result_factory as rf
-from test_report import cuda_missing, markdown_table, parse
+from test_report import cuda_missing, md_matrix, parse
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, applies
@@ -161,58 +161,106 @@ def test_probes_that_never_changed_are_folded_away(files):
 # --- verdicts: what changed at each release ----------------------------------------------
 
 
-def test_verdict_changes_are_listed_per_release_at_the_top_of_the_matrix(files):
+def label(kind: str) -> str:
+    return marks.MARKS[kind].label
+
+
+def test_verdict_changes_are_listed_per_release_newest_first_under_the_matrix(files):
     rows = log_rows(files["index.html"], "verdict-changes-table")
-    fail = "❌ FAIL test_mutable_after_inference: AssertionError: refused"
+    fail = f"{label('failed')} test_mutable_after_inference: AssertionError: refused"
     assert rows == [
-        ("2.13.0 since 2.12.1", "cpu", "every promise", "—", "💥 crashed pytest killed by SIGABRT"),
-        # read against the last release that ran to the end, not against the crash
-        ("2.14.0 since 2.12.1", "cpu", "3. Mutable wherever they were made", "✅ pass", fail),
-        ("2.14.1 since 2.14.0", "cpu", "3. Mutable wherever they were made", fail, "✅ pass"),
-        ("2.14.1 since 2.14.0", "cpu", f"11. {compat.promise_title('11')}", f"📝 recorded {PIN_OLD}", f"📝 recorded {PIN_NEW}"),
+        ("2.14.1 since 2.14.0", "cpu", "3. Mutable wherever they were made", fail, label("passed")),
         # the GPU went missing: every promise it had is untested, one row for all of them
-        ("2.14.1 since 2.14.0", "cuda", ON_CUDA, "✅ pass", f"❓ untested {NO_CUDA}"),
+        ("2.14.1 since 2.14.0", "cuda", ON_CUDA, label("passed"), f"{label('untested')} {NO_CUDA}"),
+        # read against the last release that ran to the end, not against the crash
+        ("2.14.0 since 2.12.1", "cpu", "3. Mutable wherever they were made", label("passed"), fail),
+        ("2.13.0 since 2.12.1", "cpu", "every promise", "—", f"{label('crashed')} pytest killed by SIGABRT"),
     ]
+    # promise 11 recorded something else at 2.14.1: an observation, never a verdict change
+    assert not any(row[2].startswith("11.") for row in rows)
     html = files["index.html"]
     promises = html.index('<h2 id="promises">')
-    assert promises < html.index('id="verdict-changes-table"') < html.index('<table id="matrix">')
+    assert promises < html.index('<table id="matrix">') < html.index('id="verdict-changes-table"')
 
     md = files["COMPAT.md"]
-    assert md.index("## Promises") < md.index("### Verdict changes by release") < md.index("\n| Promise |")
+    assert md.index("## Promises") < md.index("\n| Release, device |") < md.index("### Verdict changes by release")
     md_log = md_rows(md, "| Release | Device | Promise | Before | After |")
-    assert md_log[1] == ["2.14.0 (since 2.12.1)", "cpu", "3. Mutable wherever they were made", "✅ pass",
-                         "❌ FAIL: test_mutable_after_inference: AssertionError: refused"]
-    assert md_log[4][2:] == [ON_CUDA, "✅ pass", f"❓ untested: {NO_CUDA}"]
+    assert md_log[2] == ["2.14.0 (since 2.12.1)", "cpu", "3. Mutable wherever they were made", label("passed"),
+                         f"{label('failed')}: test_mutable_after_inference: AssertionError: refused"]
+    assert md_log[1][2:] == [ON_CUDA, label("passed"), f"{label('untested')}: {NO_CUDA}"]
+    assert len(md_log) == 4
 
-    changes = json.loads(files["compat.json"])["changes"]["verdicts"]
+    changes = json.loads(files["compat.json"])["changes"]["verdicts"]  # in version order
     assert changes[0] == {"at": ref("2.13.0"), "since": ref("2.12.1"), "device": "cpu", "promises": [],
                           "before": None, "after": {"mark": "crashed", "note": "pytest killed by SIGABRT"}}
     assert changes[1]["promises"] == ["3"] and changes[1]["before"] == {"mark": "passed", "note": None}
     assert changes[1]["after"]["mark"] == "failed"
-    assert changes[4]["promises"] == [p for p in PROMISES if applies(p, "cuda")] and changes[4]["after"]["mark"] == "untested"
+    assert changes[3]["promises"] == [p for p in PROMISES if applies(p, "cuda")] and changes[3]["after"]["mark"] == "untested"
+    assert len(changes) == 4 and not any("11" in c["promises"] for c in changes)
+
+
+def test_what_a_recorded_promise_recorded_is_an_observation_not_a_verdict_change(files):
+    title = f"11. {compat.promise_title('11')}"
+    rows = log_rows(files["index.html"], "recorded-changes-table")
+    assert rows == [("2.14.1 since 2.14.0", "cpu", title, f"{label('recorded')} {PIN_OLD}",
+                     f"{label('recorded')} {PIN_NEW}")]
+    html = files["index.html"]
+    assert html.index('id="observations"') < html.index('id="recorded-changes-table"')
+    md = files["COMPAT.md"]
+    section = md[md.index("### What recorded promises recorded"):]
+    assert md.index("## Observed torch behaviour") < md.index("### What recorded promises recorded")
+    assert md_rows(section, "| Release | Device | Promise | Before | After |") == [
+        ["2.14.1 (since 2.14.0)", "cpu", title, f"{label('recorded')}: {PIN_OLD}", f"{label('recorded')}: {PIN_NEW}"]]
+    recorded = json.loads(files["compat.json"])["changes"]["recorded"]
+    assert recorded == [{"at": ref("2.14.1"), "since": ref("2.14.0"), "device": "cpu", "promises": ["11"],
+                         "before": {"mark": "recorded", "note": PIN_OLD}, "after": {"mark": "recorded", "note": PIN_NEW}}]
+
+
+def test_only_a_new_record_or_message_is_no_verdict_change(tmp_path: Path):
+    """Promise 11 recording something else, and a failure failing with another message: no verdict changed."""
+    failing = {("3", "cpu"): [rf.failure("test_mutable", "AssertionError: first message", None)]}
+    failing_again = {("3", "cpu"): [rf.failure("test_mutable", "AssertionError: another message", None)]}
+    d = write_all(tmp_path / "r", {"a.json": rf.completed("2.13.0", failed=failing),
+                                   "b.json": rf.completed("2.14.1", observed_11=PIN_NEW, failed=failing_again)})
+    files = report(d, tmp_path / "o")
+    for page in (files["index.html"], files["COMPAT.md"]):
+        assert "No promise's verdict changed between consecutive releases." in page
+        assert "No recorded promise recorded anything new" not in page
+    changes = json.loads(files["compat.json"])["changes"]
+    assert changes["verdicts"] == []
+    assert [(c["promises"], c["after"]) for c in changes["recorded"]] == [(["11"], {"mark": "recorded", "note": PIN_NEW})]
 
 
 def test_no_verdict_change_says_so(tmp_path: Path):
     d = write_all(tmp_path / "r", {"a.json": rf.completed("2.13.0"), "b.json": rf.completed("2.14.1")})
     files = report(d, tmp_path / "o")
-    assert "No promise's mark changed between consecutive releases." in files["index.html"]
-    assert "No promise's mark changed between consecutive releases." in files["COMPAT.md"]
-    assert json.loads(files["compat.json"])["changes"]["verdicts"] == []
+    for page in (files["index.html"], files["COMPAT.md"]):
+        assert "No promise's verdict changed between consecutive releases." in page
+        assert "No recorded promise recorded anything new between consecutive releases." in page
+    changes = json.loads(files["compat.json"])["changes"]
+    assert changes["verdicts"] == changes["recorded"] == []
 
 
 def test_a_repeated_note_names_where_it_was_first_shown(files):
-    """Promise 11's recorded text is long: shown where it changes, 'same as ...' elsewhere."""
+    """Promise 11's recorded text is long: shown where it changes, reading down from the newest
+    release, and 'same as ...' below it."""
     page = parse(files["index.html"])
     header, *rows = page.tables["matrix"]
-    labels = [text.strip() for _, _, text in header[1:]]
-    row11 = next(row for row in rows if row[0][2].strip().startswith("11."))
-    by_col = {label: (attrs, text.strip()) for label, (_, attrs, text) in zip(labels, row11[1:])}
-    assert by_col["2.11.0 cpu"][1] == f"📝 recorded {PIN_OLD}"
-    assert by_col["2.12.1 cpu"][1] == by_col["2.14.0 cpu"][1] == "📝 recorded same as 2.11.0 cpu"
-    assert by_col["2.14.0 cpu"][0]["title"] == PIN_OLD  # the full text stays on hover
-    assert by_col["2.14.1 cpu"][1] == f"📝 recorded {PIN_NEW}"
-    md_row11 = markdown_table(files["COMPAT.md"])[3 + list(PROMISES).index("11")]  # after header, rule, answers
-    assert md_row11[1] == f"📝 recorded: {PIN_OLD}" and md_row11[3] == "📝 recorded (same as 2.11.0 cpu)"
+    column = [text.strip() for _, _, text in header].index(f"11. {compat.promise_title('11')}")
+    # a crashed cell's row is one cell across every promise
+    cpu_rows = {" ".join(row[0][2].split()): (row[min(column, len(row) - 1)][1],
+                                              " ".join(row[min(column, len(row) - 1)][2].split()))
+                for row in rows if row[0][2].split()[-1] == "cpu"}
+    assert list(cpu_rows) == ["2.14.1 cpu", "2.14.0 cpu", "2.13.0 cpu", "2.12.1 cpu", "2.11.0 cpu"]
+    assert cpu_rows["2.14.1 cpu"][1] == f"{label('recorded')} {PIN_NEW}"
+    assert cpu_rows["2.14.0 cpu"][1] == f"{label('recorded')} {PIN_OLD}"
+    # the crash between them does not interrupt the run of repeats
+    assert cpu_rows["2.13.0 cpu"][1].startswith(f"{label('crashed')} (every promise)")
+    assert cpu_rows["2.12.1 cpu"][1] == cpu_rows["2.11.0 cpu"][1] == f"{label('recorded')} same as 2.14.0 cpu"
+    assert cpu_rows["2.11.0 cpu"][0]["title"] == PIN_OLD  # the full text stays on hover
+    md_column = md_matrix(files["COMPAT.md"])[1][f"11. {compat.promise_title('11')}"]
+    assert md_column["2.14.0 cpu"] == f"{label('recorded')}: {PIN_OLD}"
+    assert md_column["2.11.0 cpu"] == f"{label('recorded')} (same as 2.14.0 cpu)"
 
 
 # --- marks read without an emoji font and without colour ---------------------------------
@@ -249,11 +297,11 @@ def test_no_coloured_cell_relies_on_its_colour(files):
 
 
 def test_markdown_marks_carry_their_words(files):
-    header, _rule, answers, *rows = markdown_table(files["COMPAT.md"])
-    labels = [s.label for s in [*marks.MARKS.values(), *marks.ANSWERS.values()]]
-    for row in [answers, *rows]:
-        for cell in row[1:]:
-            assert any(cell.startswith(label) for label in labels), cell
+    _, table = md_matrix(files["COMPAT.md"])
+    for title, column in table.items():
+        styles = marks.ANSWERS if title == "Answer" else marks.MARKS
+        for text in column.values():
+            assert any(text.startswith(style.label) for style in styles.values()), text
 
 
 # --- the same results give the same bytes ------------------------------------------------

@@ -1,5 +1,5 @@
-"""``cpugpu-conformance report RESULTS_DIR --out DIR``: result files -> compat.json, COMPAT.md
-and index.html (cpugpu_conformance.report.render). Exit 0, or 2 with one line for bad input."""
+"""``cpugpu-conformance report RESULTS_DIR --out DIR``: result files -> compat.json, COMPAT.md,
+index.html and badge.json (cpugpu_conformance.report.render). Exit 0, or 2 with one line for bad input."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from ..exits import ExitCode
-from ..report.render import PROG, Collected, ReportError, make_report
+from ..report.render import OUTPUTS, PROG, Collected, ReportError, make_report
 from ..results import one_line
 
-HELP = "merge cell result files into compat.json, COMPAT.md and index.html"
+HELP = "merge cell result files into compat.json, COMPAT.md, index.html and badge.json (a shields.io endpoint)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
     incomplete = sum(1 for c in got.cells if not c.completed)
     clean = sum(1 for c in got.cells if c.result.answer().clean)
     out = one_line(args.out)
-    print(f"wrote {out}/compat.json, {out}/COMPAT.md, {out}/index.html: {len(got.cells)} cells "
+    print(f"wrote {', '.join(f'{out}/{name}' for name in OUTPUTS)}: {len(got.cells)} cells "
           f"({clean} clean, {incomplete} did not complete), {len(got.skipped)} files skipped")
     return ExitCode.OK

@@ -1,10 +1,13 @@
 """The report: result files -> what people read.
 
-    view      cell results -> the compatibility matrix's model (ReportedCell, columns, observations)
-    marks     how each outcome and answer shows: MARKS, ANSWERS (a symbol and a word each)
-    changes   what changed at each release: verdict_changes, observation_changes_by_release
-    render    the model -> compat.json (schemas/compat.schema.json), COMPAT.md, index.html (templates/)
-    publish   writing the three outputs all or nothing
+    marks     how each outcome and answer shows: MARKS, ANSWERS (a symbol and a word each, no emoji)
+    view      cell results -> the compatibility matrix's model (ReportedCell, columns, the answer on
+              each device, observations); imports marks, never the reverse
+    changes   what changed at each release: verdict_changes, recorded_changes, observation_changes_by_release
+    badge     the device summaries -> badge.json (a shields.io endpoint)
+    render    the model -> compat.json (schemas/compat.schema.json), COMPAT.md, index.html (templates/),
+              badge.json
+    publish   writing the outputs all or nothing
     summary   the summary table of a results folder (summary, matrix, nox)
     gate      baseline vs candidate: the gate's report of results.diff
 
@@ -13,4 +16,4 @@ Reads results/<cell>.json (through cpugpu_conformance.results); writes compat/.
 
 from __future__ import annotations
 
-__all__ = ["changes", "gate", "marks", "publish", "render", "summary", "view"]
+__all__ = ["badge", "changes", "gate", "marks", "publish", "render", "summary", "view"]

@@ -1,9 +1,10 @@
-"""What changed at each release: verdicts, column against the previous completed column of the
-same device, and observations, between consecutive cells on the same kind of machine only."""
+"""What changed at each release: verdicts (a mark's kind), column against the previous completed
+column of the same device; what a recorded promise recorded, likewise; and observations,
+between consecutive cells on the same kind of machine only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..promises import RECORDED_ONLY
@@ -54,45 +55,68 @@ class VerdictChange:
     after: Outcome
 
 
-def _verdict(promise: str, out: Outcome) -> tuple[str, str | None]:
-    """What must stay equal for a promise to read alike: the mark, and what a recorded
-    promise recorded (a failure's message may change; it is still a failure)."""
-    return out.kind, out.note if promise in RECORDED_ONLY else None
+def _pairs(cells: list[ReportedCell]) -> Iterator[tuple[ReleaseStep, Column | None, Column]]:
+    """(step, before, after): each column with the previous column of the same device whose
+    cell completed (None for the first), in column order. A cell that did not complete is
+    read against that one too, but never becomes the 'before' of the next."""
+    ambiguous = ambiguous_releases(cells)
+    last_completed: dict[str, Column] = {}
+    for col in columns(cells):
+        before = last_completed.get(col.device)
+        yield _step(col.cell, before.cell if before else None, ambiguous), before, col
+        if col.cell.completed:
+            last_completed[col.device] = col
 
 
-def _changed_marks(before: Column, after: Column, numbers: list[str]) -> list[tuple[Outcome, Outcome, list[str]]]:
-    """(before, after, promises): the promises whose mark went from one to the other,
-    grouped where the marks and their notes read alike."""
-    groups: dict[tuple, tuple[Outcome, Outcome, list[str]]] = {}
+def _compared(before: Column, after: Column, numbers: list[str]) -> Iterator[tuple[str, Outcome, Outcome]]:
+    """(promise, before, after) for every promise the two columns can be read against each other on."""
     other_machine = before.cell.result.machine != after.cell.result.machine
     for number in numbers:
         old, new = before.cell.mark(number, before.device), after.cell.mark(number, after.device)
         if other_machine and "not_applicable" in (old.kind, new.kind):
             continue  # promise 11 beside an accelerator: the machine changed, not the torch
-        if _verdict(number, old) != _verdict(number, new):
-            key = (old.kind, old.note, new.kind, new.note)
-            groups.setdefault(key, (old, new, []))[2].append(number)
+        yield number, old, new
+
+
+def _grouped(changed: Iterable[tuple[str, Outcome, Outcome]]) -> list[tuple[Outcome, Outcome, list[str]]]:
+    """(before, after, promises): promises that changed alike (same marks, same notes) in one group."""
+    groups: dict[tuple, tuple[Outcome, Outcome, list[str]]] = {}
+    for number, old, new in changed:
+        key = (old.kind, old.note, new.kind, new.note)
+        groups.setdefault(key, (old, new, []))[2].append(number)
     return list(groups.values())
 
 
 def verdict_changes(cells: list[ReportedCell]) -> list[VerdictChange]:
     """Each column against the previous column of the same device whose cell completed, in
-    column order: every promise whose mark changed, grouped where they changed alike."""
-    ambiguous = ambiguous_releases(cells)
+    column order: every promise whose *verdict* (its mark's kind) changed, grouped where they
+    changed alike. A new failure message, or a recorded promise that recorded something
+    else, is not a verdict change: see recorded_changes."""
     numbers = promise_numbers(cells)
-    last_completed: dict[str, Column] = {}
     changes: list[VerdictChange] = []
-    for col in columns(cells):
-        before = last_completed.get(col.device)
-        step = _step(col.cell, before.cell if before else None, ambiguous)
+    for step, before, col in _pairs(cells):
         if not col.cell.completed:
             # every promise has the cell's status as its mark: one row says it
             changes.append(VerdictChange(step, col.device, (), None, col.cell.mark(numbers[0], col.device)))
+        elif before is not None:
+            changed = [(n, old, new) for n, old, new in _compared(before, col, numbers) if old.kind != new.kind]
+            changes.extend(VerdictChange(step, col.device, tuple(promises), old, new)
+                           for old, new, promises in _grouped(changed))
+    return changes
+
+
+def recorded_changes(cells: list[ReportedCell]) -> list[VerdictChange]:
+    """What a recorded (implementation-defined) promise recorded, where it differs from the
+    previous completed column of the same device: an observation of torch, not a verdict."""
+    numbers = [n for n in promise_numbers(cells) if n in RECORDED_ONLY]
+    changes: list[VerdictChange] = []
+    for step, before, col in _pairs(cells):
+        if before is None or not col.cell.completed:
             continue
-        if before is not None:
-            for old, new, promises in _changed_marks(before, col, numbers):
-                changes.append(VerdictChange(step, col.device, tuple(promises), old, new))
-        last_completed[col.device] = col
+        changed = [(n, old, new) for n, old, new in _compared(before, col, numbers)
+                   if old.kind == new.kind == "recorded" and old.note != new.note]
+        changes.extend(VerdictChange(step, col.device, tuple(promises), old, new)
+                       for old, new, promises in _grouped(changed))
     return changes
 
 

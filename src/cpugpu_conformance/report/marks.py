@@ -1,16 +1,19 @@
-"""How each outcome and each answer shows in the matrix: a symbol and a word for every kind
-(never colour alone), and which notes a cell repeats rather than shows again."""
+"""How each outcome and each answer shows: a symbol and a word for every kind, never colour
+alone and never an emoji.
+
+The symbols are plain text that DejaVu Sans (the default font of a Debian or Ubuntu server)
+and every common Linux font draws: no code point here is an emoji or an extended
+pictograph, so no mark turns into an empty box where no emoji font is installed. The word
+beside each symbol is what counts; the symbol only helps the eye down a column.
+
+This module is the bottom of the report: it imports nothing from view, changes or render.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..results import CELL_STATUSES, Outcome
-
-if TYPE_CHECKING:
-    from .view import Column
+from ..results import CELL_STATUSES, NOT_ASKED_KINDS, VERDICT_KINDS
 
 
 @dataclass(frozen=True)
@@ -21,69 +24,79 @@ class MarkStyle:
 
     @property
     def label(self) -> str:
-        """Symbol and word together, always: where no emoji font exists the word still reads."""
+        """Symbol and word together, always: the word reads on any screen and in any font."""
         return f"{self.symbol} {self.word}"
 
 
 # One mark per Outcome kind. Every mark has its own symbol *and* word, so none is told
 # apart by colour alone; a cell that did not complete shows its status in every row.
+# "waived" and "known_failure" are the team's own entries (results.rule, known-failures file).
 MARKS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("✅", "pass", "at least one check of the promise ran, and every check held"),
-    "failed": MarkStyle("❌", "FAIL", "a check of the promise failed; the reproducer is in the failures section"),
-    "recorded": MarkStyle("📝", "recorded", "implementation-defined: what happened is recorded, not judged"),
+    "passed": MarkStyle("\u2713", "pass", "at least one check of the promise ran, and every check held"),  # ✓
+    "failed": MarkStyle(
+        "\u2717", "FAIL", "a check of the promise failed; the reproducer is in the failures section"  # ✗
+    ),
+    "known_failure": MarkStyle(
+        "\u2297", "known failure",  # ⊗
+        "tested, and failed as the team's known-failures file lists it (with its reason): not a pass, not a regression",
+    ),
+    "recorded": MarkStyle("\u00b6", "recorded", "implementation-defined: what happened is recorded, not judged"),  # ¶
     "untested": MarkStyle(
-        "❓", "untested",
+        "?", "untested",
         "asked for, but no check ran (device missing, checks skipped, or no verdict in the file): the reason is "
         "given; never a pass",
     ),
-    "not_applicable": MarkStyle("➖", "n/a", "the contract does not make this promise on this device"),
-    "not_requested": MarkStyle("⏭", "not requested", "the run was told to leave this promise out (--promise)"),
+    "waived": MarkStyle(
+        "\u2298", "waived",  # ⊘
+        "the team opted out of this promise, with the reason given: not tested, never a pass",
+    ),
+    "not_applicable": MarkStyle("\u2013", "n/a", "the contract does not make this promise on this device"),  # –
+    "not_requested": MarkStyle(
+        "\u25cb", "not requested", "the run was told to leave this promise out (--promise)"  # ○
+    ),
     "interrupted": MarkStyle(
-        "⏹", "interrupted", "the run was stopped before it wrote its verdicts (killed, cancelled, or still running)"
+        "\u2016", "interrupted",  # ‖
+        "the run was stopped before it wrote its verdicts (killed, cancelled, or still running)",
     ),
-    "crashed": MarkStyle("💥", "crashed", "the test process died (abort, segfault, out of memory); no verdicts"),
-    "timed_out": MarkStyle("⏱", "timed out", "the cell ran past its time limit; no verdicts"),
-    "not_installed": MarkStyle("📦", "not installed", "the torch release could not be installed; no verdicts"),
+    "crashed": MarkStyle(
+        "\u21af", "crashed", "the test process died (abort, segfault, out of memory); no verdicts"  # ↯
+    ),
+    "timed_out": MarkStyle("\u25d4", "timed out", "the cell ran past its time limit; no verdicts"),  # ◔
+    "not_installed": MarkStyle(
+        "\u2205", "not installed", "the torch release could not be installed; no verdicts"  # ∅
+    ),
     "wrong_torch": MarkStyle(
-        "🚫", "wrong torch", "the cell got a torch other than the one it asked for, so nothing was tested"
+        "\u2260", "wrong torch", "the cell got a torch other than the one it asked for, so nothing was tested"  # ≠
     ),
-    "error": MarkStyle("⚠️", "error", "the cell failed before testing (usage or setup error); no verdicts"),
+    "error": MarkStyle("!", "error", "the cell failed before testing (usage or setup error); no verdicts"),
 }
 
-# A cell's answer, shown once per column above the promises: only "clean" is a clean cell.
+# A cell's answer (or a release's on one device), shown once per row beside the promises:
+# only "passed" (clean) is a clean cell.
 ANSWERS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("✅", "clean", "the cell completed and every promise it was asked about passed or was recorded"),
-    "failed": MarkStyle("❌", "FAILED", "at least one check failed"),
-    "untested": MarkStyle("❓", "UNTESTED", "no check failed, but something the cell was asked to test was not tested"),
+    "passed": MarkStyle(
+        "\u2713", "clean", "the cell completed and every promise it was asked about passed or was recorded"
+    ),
+    "failed": MarkStyle("\u2717", "FAILED", "at least one check failed"),
+    "known_failure": MarkStyle(
+        "\u2297", "KNOWN FAILURES",
+        "no check failed except those the team's known-failures file lists: not clean, not a regression",
+    ),
+    "untested": MarkStyle(
+        "?", "UNTESTED", "no check failed, but something the cell was asked to test was not tested"
+    ),
+    "waived": MarkStyle(
+        "\u2298", "WAIVED", "no check failed, but the team opted out of a promise it was asked about: not clean"
+    ),
     **{status: MARKS[status] for status in CELL_STATUSES if status != "completed"},
 }
 
-# Fail at import, not in a published report, if the results model grows a status without a mark.
-_unmarked = set(CELL_STATUSES) - {"completed"} - set(MARKS)
-assert not _unmarked, f"cell statuses without a mark: {sorted(_unmarked)}"
+# The answers a device's summary can give (view.device_answer), worst first.
+ANSWER_ORDER = ("failed", "untested", "known_failure", "waived", "passed")
+
+# Fail at import, not in a published report, if the results model grows a kind without a mark.
+_unmarked = (set(CELL_STATUSES) - {"completed"} | set(VERDICT_KINDS) | set(NOT_ASKED_KINDS)) - set(MARKS)
+assert not _unmarked, f"outcome kinds without a mark: {sorted(_unmarked)}"
 
 # Marks whose note the matrix shows in the cell itself (others only on hover).
-NOTED_KINDS = ("recorded", "untested")
-
-
-def repeated_notes(marks: Mapping[int, Outcome], cols: list[Column]) -> dict[int, str]:
-    """Column index -> the column that first showed the same note on the same device,
-    for each shown note (NOTED_KINDS) that only repeats the last one shown on that device.
-
-    A note shown once per change keeps a 16-column row one line high; the repeat names
-    where the text is, and the full note stays in the cell's tooltip. A column with no
-    shown note (a crashed cell) does not interrupt a run of repeats.
-    """
-    last_shown: dict[str, tuple[tuple[str, str], str]] = {}  # device -> ((kind, note), first column)
-    repeats: dict[int, str] = {}
-    for col in cols:
-        out = marks[col.index]
-        if out.kind not in NOTED_KINDS or not out.note:
-            continue
-        key = (out.kind, out.note)
-        previous = last_shown.get(col.device)
-        if previous is not None and previous[0] == key:
-            repeats[col.index] = previous[1]
-        else:
-            last_shown[col.device] = (key, col.label)
-    return repeats
+NOTED_KINDS = ("recorded", "untested", "waived", "known_failure")

@@ -1,4 +1,4 @@
-"""Result files -> compat.json, COMPAT.md and index.html.
+"""Result files -> compat.json, COMPAT.md, index.html and badge.json.
 
 ``python -m cpugpu_conformance report RESULTS_DIR --out DIR`` reads every ``*.json``
 directly inside RESULTS_DIR through ``results.CellResult``. A file that is not a valid cell
@@ -28,16 +28,19 @@ import jinja2
 import markupsafe
 
 from ..results import CellResult, Outcome, ResultFileError, json_of, one_line, read_regular_file, schema
+from . import badge as shields
 from . import changes as changelog
 from . import view
 from .changes import ObservationChange, ReleaseStep, VerdictChange
-from .marks import ANSWERS, MARKS, repeated_notes
+from .marks import ANSWER_ORDER, ANSWERS, MARKS, NOTED_KINDS, MarkStyle
 from .publish import ReportError, publish
-from .view import Column, ReportedCell
+from .view import Column, DeviceSummary, ReportedCell
 
 COMPAT_SCHEMA_ID = "cpugpu-conformance/compat"
-COMPAT_SCHEMA_VERSION = 4
-OUTPUTS = ("compat.json", "COMPAT.md", "index.html")
+COMPAT_SCHEMA_VERSION = 5
+OUTPUTS = ("compat.json", "COMPAT.md", "index.html", "badge.json")
+# Outputs a results folder may hold when --out is that folder: never read as results.
+OWN_JSON = frozenset(name for name in OUTPUTS if name.endswith(".json"))
 
 PROG = "cpugpu-conformance report"
 
@@ -57,8 +60,16 @@ class Collected:
         return changelog.verdict_changes(self.cells)
 
     @functools.cached_property
+    def recorded_changes(self) -> list[VerdictChange]:
+        return changelog.recorded_changes(self.cells)
+
+    @functools.cached_property
     def observation_changes(self) -> list[ObservationChange]:
         return changelog.observation_changes_by_release(self.cells)
+
+    @functools.cached_property
+    def device_summaries(self) -> list[DeviceSummary]:
+        return view.device_summaries(self.cells)
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -77,7 +88,7 @@ def candidate_files(results_dir: Path, out_dir: Path | None = None) -> list[Path
         raise ReportError(f"results directory {one_line(results_dir)} cannot be read: {exc.strerror or exc}") from None
     ours = out_dir is not None and _same_dir(results_dir, out_dir)
     return [results_dir / n for n in names
-            if n.endswith(".json") and not n.startswith(".") and not (ours and n == "compat.json")]
+            if n.endswith(".json") and not n.startswith(".") and not (ours and n in OWN_JSON)]
 
 
 def load_cell(path: Path) -> CellResult:
@@ -116,7 +127,7 @@ def collect(results_dir: Path, out_dir: Path | None = None) -> Collected:
 # --- the model handed to the templates ------------------------------------------------
 
 
-def _styles(styles: dict[str, view.MarkStyle]) -> dict[str, dict[str, str]]:
+def _styles(styles: dict[str, MarkStyle]) -> dict[str, dict[str, str]]:
     return {k: {"symbol": s.symbol, "word": s.word, "label": s.label, "meaning": s.meaning} for k, s in styles.items()}
 
 
@@ -128,13 +139,34 @@ def _mark_json(out: Outcome | None) -> dict[str, Any] | None:
     return None if out is None else {"mark": out.kind, "note": out.note}
 
 
-def _changes_json(verdicts: list[VerdictChange], observations: list[ObservationChange]) -> dict[str, Any]:
+def _verdicts_json(changes: list[VerdictChange]) -> list[dict[str, Any]]:
+    return [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "device": c.device,
+             "promises": list(c.promises), "before": _mark_json(c.before), "after": _mark_json(c.after)}
+            for c in changes]
+
+
+def _changes_json(got: Collected) -> dict[str, Any]:
     return {
-        "verdicts": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "device": c.device,
-                      "promises": list(c.promises), "before": _mark_json(c.before), "after": _mark_json(c.after)}
-                     for c in verdicts],
+        "verdicts": _verdicts_json(got.verdict_changes),
+        "recorded": _verdicts_json(got.recorded_changes),
         "observations": [{"at": _cell_ref(c.step.at), "since": _cell_ref(c.step.since), "machine": c.machine,
-                          "probe": c.probe, "before": c.before, "after": c.after} for c in observations],
+                          "probe": c.probe, "before": c.before, "after": c.after} for c in got.observation_changes],
+    }
+
+
+def _row_ref(col: Column, answer: view.DeviceAnswer) -> dict[str, str]:
+    return {"release": col.release, "cell": col.cell.name, "source": col.cell.file, "answer": answer.kind}
+
+
+def _summary_json(got: Collected) -> dict[str, Any]:
+    span = view.release_span(got.cells)
+    return {
+        "releases": None if span is None else {"oldest": span[0], "newest": span[1]},
+        "devices": [{"device": s.device, "never_run": s.never_run, "tested": s.tested,
+                     "releases": s.releases, "conforming": s.conforming,
+                     "newest": [_row_ref(col, answer) for col, answer in s.newest],
+                     "not_conforming": [_row_ref(col, answer) for col, answer in s.not_conforming]}
+                    for s in got.device_summaries],
     }
 
 
@@ -171,7 +203,8 @@ def build_compat(got: Collected) -> dict[str, Any]:
         "marks": _styles(MARKS),
         "answers": _styles(ANSWERS),
         "cells": [_compat_entry(cell, numbers) for cell in got.cells],
-        "changes": _changes_json(got.verdict_changes, got.observation_changes),
+        "summary": _summary_json(got),
+        "changes": _changes_json(got),
         "duplicate_cells": [{"cell": name, "files": files} for name, files in got.duplicates.items()],
         "skipped_files": list(got.skipped),
     }
@@ -202,14 +235,60 @@ def _failure_sections(cells: list[ReportedCell], cols: list[Column], numbers: li
 
 
 def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[str]) -> list[dict[str, Any]]:
-    """One row per promise: each column's mark, and where a note only repeats an earlier one."""
+    """One row per cell and device, newest release first: its answer on that device, then each
+    promise's mark, and where a note only repeats one shown in an earlier (newer) row."""
+    shown = view.newest_first(cols)
+    marks_of = {n: {col.index: col.cell.mark(n, col.device) for col in cols} for n in numbers}
+    repeats = {n: view.repeated_notes(marks_of[n], shown) for n in numbers}
     rows = []
-    for i, number in enumerate(numbers, 1):
-        outs = {col.index: col.cell.mark(number, col.device) for col in cols}
-        repeats = repeated_notes(outs, cols)
-        marks = [{"mark": outs[col.index], "style": MARKS[outs[col.index].kind], "anchor": f"fail-{col.index}-{i}",
-                  "same_as": repeats.get(col.index)} for col in cols]
-        rows.append({"number": number, "title": view.promise_title(number, cells), "marks": marks})
+    for col in shown:
+        answer = view.device_answer(col.cell, col.device)
+        cell_answer = col.cell.result.answer()
+        untested = [marks_of[n][col.index] for n in numbers if marks_of[n][col.index].kind == "untested"]
+        # A row untested throughout for one reason (a device that was missing) says it once, by its answer.
+        reason = untested[0].note if len(untested) > 1 and len({out.note for out in untested}) == 1 else None
+        rows.append({
+            "col": col,
+            "answer": answer,
+            # a cell that did not complete has its status as every mark: the page says it once across the row
+            "status": None if col.cell.completed else col.cell.mark(numbers[0], col.device),
+            "reason": reason,
+            # the cell's own answer (the gate's), where it says more than the answer on this device
+            "cell_answer": None if cell_answer.kind == answer.kind else cell_answer,
+            "marks": [{"mark": out, "style": MARKS[out.kind], "anchor": f"fail-{col.index}-{i}",
+                       "same_as": repeats[n].get(col.index),
+                       "note_shown": bool(out.note) and out.kind in NOTED_KINDS
+                       and not (reason is not None and out.kind == "untested")}
+                      for i, n in enumerate(numbers, 1) for out in [marks_of[n][col.index]]],
+        })
+    return rows
+
+
+# How many releases that do not conform the answer lists per device before it says "and N more".
+NOT_CONFORMING_SHOWN = 8
+
+
+def _release_text(col: Column) -> str:
+    return f"{col.release} ({col.tag})" if col.tag else col.release
+
+
+def _worst(answers: list[view.DeviceAnswer]) -> str:
+    """The worst answer: failed, then a cell that did not complete (crashed, ...), then the rest of ANSWER_ORDER."""
+    return min((a.kind for a in answers), key=lambda k: ANSWER_ORDER.index(k) if k in ANSWER_ORDER else 0.5)
+
+
+def _answer_rows(summaries: list[DeviceSummary]) -> list[dict[str, Any]]:
+    """The answer, one row per device: what a reader sees first."""
+    rows = []
+    for s in summaries:
+        newest = [(_release_text(col), answer) for col, answer in s.newest]
+        missing = [(_release_text(col), answer) for col, answer in s.not_conforming]
+        rows.append({
+            "device": s.device, "never_run": s.never_run, "tested": s.tested,
+            "conforming": len(s.conforming), "releases": len(s.releases),
+            "newest": newest, "newest_kind": _worst([a for _, a in newest]) if newest else None,
+            "not_conforming": missing[:NOT_CONFORMING_SHOWN], "more": max(0, len(missing) - NOT_CONFORMING_SHOWN),
+        })
     return rows
 
 
@@ -248,10 +327,15 @@ def _shown(out: Outcome | None) -> dict[str, Any] | None:
     return None if out is None else {"kind": out.kind, "style": MARKS[out.kind], "note": out.note}
 
 
+def _newest_first(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A changelog as the pages show it: the newest release on top, like the matrix."""
+    return list(reversed(groups))
+
+
 def _observation_histories(got: Collected) -> list[dict[str, Any]]:
     """One changelog of observed behaviour per kind of machine, each with the cells it reads."""
     return [{"machine": machine, "cells": view.observed_on(got.cells, machine),
-             "log": _by_step([(c.step, c) for c in got.observation_changes if c.machine == machine])}
+             "log": _newest_first(_by_step([(c.step, c) for c in got.observation_changes if c.machine == machine]))}
             for machine in view.machines(got.cells)]
 
 
@@ -263,10 +347,15 @@ def build_view(got: Collected) -> dict[str, Any]:
     return {
         "cells": cells,
         "columns": cols,
+        "promises": [{"number": n, "title": view.promise_title(n, cells)} for n in numbers],
         "rows": _matrix_rows(cells, cols, numbers),
         "marks": MARKS,
         "answers": ANSWERS,
-        "verdict_log": _by_step(_verdict_rows(cells, got.verdict_changes)),
+        "noted_kinds": NOTED_KINDS,
+        "span": view.release_span(cells),
+        "answer_rows": _answer_rows(got.device_summaries),
+        "verdict_log": _newest_first(_by_step(_verdict_rows(cells, got.verdict_changes))),
+        "recorded_log": _newest_first(_by_step(_verdict_rows(cells, got.recorded_changes))),
         "failures": _failure_sections(cells, cols, numbers),
         # Markdown has no hover: list why each untested mark is untested.
         "untested_notes": [note for col in cols for note in view.untested_notes(col, numbers)],
@@ -345,17 +434,18 @@ def _environment(autoescape: bool) -> jinja2.Environment:
 
 
 def render(got: Collected) -> dict[str, bytes]:
-    """File name -> content for the three outputs, all rendered before anything is written.
+    """File name -> content for every output (OUTPUTS), all rendered before anything is written.
 
     Encoded with backslashreplace: a lone surrogate that a result's JSON escaped ("\\udc80")
     stays visible as that escape instead of failing the whole report.
     """
     data = build_compat(got)
-    view = build_view(got)
+    page = build_view(got)
     texts = {
         "compat.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-        "COMPAT.md": _environment(autoescape=False).get_template("COMPAT.md.j2").render(**view),
-        "index.html": _environment(autoescape=True).get_template("index.html.j2").render(**view),
+        "COMPAT.md": _environment(autoescape=False).get_template("COMPAT.md.j2").render(**page),
+        "index.html": _environment(autoescape=True).get_template("index.html.j2").render(**page),
+        "badge.json": json.dumps(shields.badge(got.device_summaries, page["span"]), indent=2, ensure_ascii=False) + "\n",
     }
     return {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()}
 

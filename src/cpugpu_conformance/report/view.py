@@ -1,23 +1,23 @@
 """Cell results -> the compatibility matrix's model: cells, columns, answers, observed behaviour.
 
 Every cell is read through ``results.CellResult``: a mark is the cell's
-``outcome(promise, device)`` and a column header carries the cell's ``answer()``, so the
-report shows exactly the verdict the gate and the summary use. How a mark shows is
-marks.py; what changed at each release, changes.py. Nothing here formats for a medium;
-``report`` renders it.
+``outcome(promise, device)`` and a cell's answer is its ``answer()``, so the report shows
+exactly the verdict the gate and the summary use. How a mark shows is marks.py (below this
+module); what changed at each release, changes.py (above it). Nothing here formats for a
+medium; ``report`` renders it.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..promises import DEVICES, PROMISES
 from ..results import CellResult, Outcome, observation_key, observation_text, promise_order, release_key
-from .marks import ANSWERS, MarkStyle
+from .marks import ANSWER_ORDER, ANSWERS, NOTED_KINDS, MarkStyle
 
 # The column of a cell that names no device (a fault result written before it knew one).
 NO_DEVICE = "(device unknown)"
@@ -237,6 +237,146 @@ def untested_notes(col: Column, numbers: list[str]) -> list[tuple[str, str]]:
     if untested and len(untested) == len(asked) and len(reasons) == 1:
         return [(col.label, untested[0][1].note or "no reason given")]
     return [(f"{col.label}, promise {n}", out.note or "no reason given") for n, out in untested]
+
+
+def newest_first(cols: Iterable[Column]) -> list[Column]:
+    """The matrix's rows: cells newest first, each cell's devices in contract order."""
+    groups: dict[int, list[Column]] = {}
+    for col in cols:
+        groups.setdefault(id(col.cell), []).append(col)
+    return [col for group in reversed(list(groups.values())) for col in group]
+
+
+def repeated_notes(marks: Mapping[int, Outcome], cols: Iterable[Column]) -> dict[int, str]:
+    """Column index -> the label of the column that first showed the same note on the same
+    device, for each shown note (marks.NOTED_KINDS) that only repeats the last one shown on
+    that device; ``cols`` in the order they are shown.
+
+    A note shown once per change keeps the matrix short; the repeat names where the text
+    is, and the full note stays in the mark's tooltip. A column with no shown note (a
+    crashed cell) does not interrupt a run of repeats.
+    """
+    last_shown: dict[str, tuple[tuple[str, str], str]] = {}  # device -> ((kind, note), first column)
+    repeats: dict[int, str] = {}
+    for col in cols:
+        out = marks[col.index]
+        if out.kind not in NOTED_KINDS or not out.note:
+            continue
+        key = (out.kind, out.note)
+        previous = last_shown.get(col.device)
+        if previous is not None and previous[0] == key:
+            repeats[col.index] = previous[1]
+        else:
+            last_shown[col.device] = (key, col.label)
+    return repeats
+
+
+# --- the answer on each device: what a reader sees first --------------------------------
+
+# Marks that are a check that ran: a device with none of them was never tested.
+_TESTED_KINDS = frozenset({"passed", "failed", "recorded", "known_failure"})
+
+
+@dataclass(frozen=True)
+class DeviceAnswer:
+    """A cell's answer on one of its devices: an ANSWERS kind and why it is not clean."""
+
+    kind: str
+    lines: tuple[str, ...] = ()
+
+    @property
+    def conforms(self) -> bool:
+        return self.kind == "passed"
+
+    @property
+    def style(self) -> MarkStyle:
+        return ANSWERS[self.kind]
+
+
+def _kinds_on(cell: ReportedCell, device: str) -> set[str]:
+    return {cell.mark(p, device).kind for p in cell.result.promise_numbers()}
+
+
+def device_answer(cell: ReportedCell, device: str) -> DeviceAnswer:
+    """The cell's answer on ``device``: the worst of the marks there (ANSWER_ORDER).
+
+    What the cell's answer holds against no device in particular (a failure outside any
+    promise's check, an error, nothing asked) holds against each of its devices; a device
+    where nothing passed or was recorded is untested, never clean.
+    """
+    answer = cell.result.answer()
+    if not cell.completed:
+        return DeviceAnswer(answer.kind, answer.lines)
+    devices = cell.devices()
+    here = _kinds_on(cell, device)
+    anywhere = set().union(*(_kinds_on(cell, d) for d in devices))
+    # The rule's lines name the device of each promise ("... on cuda: untested: ..."); a
+    # line that names none (a failure outside any promise's check) is about every device.
+    untied = tuple(line for line in answer.lines if not any(f" on {d}: " in line for d in devices))
+    lines = tuple(line for line in answer.lines if f" on {device}: " in line) + untied
+    if "failed" in here or (answer.kind == "failed" and (untied or "failed" not in anywhere)):
+        return DeviceAnswer("failed", lines)
+    for kind in ANSWER_ORDER[1:-1]:
+        # a kind the cell's answer gives with no mark of it on any device: not about one device
+        if kind in here or (answer.kind == kind and kind not in anywhere):
+            return DeviceAnswer(kind, lines)
+    if not here & {"passed", "recorded"}:
+        return DeviceAnswer("untested", lines or (f"no check of any promise ran on {device}",))
+    return DeviceAnswer("passed")
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    """One device across the matrix: its rows newest first, each with its answer there."""
+
+    device: str
+    rows: tuple[tuple[Column, DeviceAnswer], ...]
+
+    @property
+    def never_run(self) -> bool:
+        """No result asked for this device at all."""
+        return not self.rows
+
+    @property
+    def tested(self) -> bool:
+        """Some check ran on this device somewhere (not only missing-device or status marks)."""
+        return any(_kinds_on(col.cell, col.device) & _TESTED_KINDS for col, _ in self.rows)
+
+    @property
+    def releases(self) -> list[str]:
+        """The releases with a row on this device, newest first."""
+        return list(dict.fromkeys(col.release for col, _ in self.rows))
+
+    @property
+    def conforming(self) -> list[str]:
+        """The releases where every row on this device conforms (a release with two cells needs both)."""
+        failing = {col.release for col, answer in self.rows if not answer.conforms}
+        return [r for r in self.releases if r not in failing]
+
+    @property
+    def newest(self) -> list[tuple[Column, DeviceAnswer]]:
+        """The rows of the newest release on this device: the answer a gate asks for."""
+        return [(col, answer) for col, answer in self.rows if col.release == self.releases[0]] if self.rows else []
+
+    @property
+    def not_conforming(self) -> list[tuple[Column, DeviceAnswer]]:
+        return [(col, answer) for col, answer in self.rows if not answer.conforms]
+
+
+def device_summaries(cells: list[ReportedCell]) -> list[DeviceSummary]:
+    """Every device of the contract (a device no result asked for is 'never run'), then any
+    other device a result names, in that order."""
+    rows = newest_first(columns(cells))
+    named = list(DEVICES) + [d for d in dict.fromkeys(c.device for c in rows) if d not in DEVICES]
+    return [DeviceSummary(d, tuple((c, device_answer(c.cell, d)) for c in rows if c.device == d)) for d in named]
+
+
+def release_span(cells: Iterable[ReportedCell]) -> tuple[str, str] | None:
+    """(oldest, newest) release in the matrix, None when it is empty. Releases that are not
+    version numbers (a cell that failed before it knew its torch) count only when no other does."""
+    ordered = sorted(cells, key=lambda c: c.sort_key)
+    versions = [c for c in ordered if c.release[:1].isdigit()] or ordered
+    return (versions[0].release, versions[-1].release) if versions else None
 
 
 # --- observed torch behaviour -------------------------------------------------------
