@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pytest
+import torch
 
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
@@ -211,8 +212,8 @@ class MutableStateTests:
             broken=sorted({p for o in failed for p in o.broken()}, key=int),
             reproducer=failed[0].script if failed else None,
         )
-        if failed:
-            raise AssertionError(self._message(device, context, outcomes, failed[0].script or ""))
+        if failed:  # the message says it all: no traceback of the suite's own code
+            pytest.fail(self._message(device, context, outcomes, failed[0].script or ""), pytrace=False)
 
     def _has_warm_up(self) -> bool:
         return type(self).warm_up is not MutableStateTests.warm_up
@@ -240,11 +241,15 @@ class MutableStateTests:
             else:
                 _call_in(sc, phase.context, built_and_warmed_up, Name("make_state"), warm, Name("device"),
                          Name("changed"))
-            sc.call(note_changes, Name("outer"), f"{outcome.phase}, all told", Name("device"), Name("changed"))
+            if phase.context != PLAIN:
+                left = f"context {phase.context.name}, with what ran in it, once left,"
+                sc.call(note_changes, Name("outer"), left, Name("device"), Name("changed"))
         except Exception as exc:  # the class's own calls raised in this context: the reproducer ends with that call
             outcome.raised = f"{type(exc).__name__}: {exc}"
             outcome.script = sc.record.reproducer()
             return outcome
+        finally:
+            _put_back(sc["outer"])
         outcome.changed = list(sc["changed"])
         outcome.checked = check_state(sc["state"], self.exclude, max_items=self.max_items, max_depth=self.max_depth)
         if not outcome.ok:
@@ -257,12 +262,21 @@ class MutableStateTests:
     def _message(self, device: str, context: Context, outcomes: list[PhaseOutcome], script: str) -> str:
         broken = sorted({p for o in outcomes if not o.ok for p in o.broken()}, key=int)
         lines = [f"{type(self).__qualname__}, device {device}, context {context.name}: promise "
-                 + " and ".join(f"{p} ({P.PROMISES[p]})" for p in broken) + " broken by the state make_state builds"]
+                 + " and ".join(f"{p} ({P.PROMISES[p]})" for p in broken) + " broken"]
         for outcome in outcomes:
             lines += outcome.lines() if not outcome.ok else [f"{outcome.phase}: held"]
         excluded = {path: r for o in outcomes if o.checked is not None for path, r in o.checked.excluded.items()}
         lines += [f"excluded: {path} ({reason})" for path, reason in excluded.items()]
         return "\n".join(lines) + "\n\nReproducer (standalone: torch and the modules it imports):\n\n" + script
+
+
+def _put_back(before: Mapping[str, Any]) -> None:
+    """Put back the grad mode and default dtype a class changed (promise 12, reported already), so
+    that the next phase and the next test start from the caller's state, not the class's."""
+    if torch.is_grad_enabled() != before["grad mode"]:
+        torch.set_grad_enabled(before["grad mode"])
+    if torch.get_default_dtype() != before["default dtype"]:
+        torch.set_default_dtype(before["default dtype"])
 
 
 def _call_in(sc: StateScenario, context: Context, func: Any, *args: Any) -> Any:
@@ -280,14 +294,18 @@ _PARAMETRIZED = pytest.StashKey[bool]()
 def generate_tests(metafunc: pytest.Metafunc, plan: Any) -> bool:
     """Parametrize a MutableStateTests test by `device` and `context` (every creation context of
     each device the plan tests; a missing device's tests are skipped with its reason), after
-    checking the class's settings (pytest.UsageError names a bad one). True when it did; a second
-    call for the same test does nothing. The plugin's pytest_generate_tests calls it."""
+    checking the class's settings (a bad one is a collection error of one line, naming it). True
+    when it did; a second call for the same test does nothing. The plugin's pytest_generate_tests
+    calls it."""
     cls = metafunc.cls
     if cls is None or not issubclass(cls, MutableStateTests) or "context" not in metafunc.fixturenames:
         return False
     if metafunc.definition.stash.get(_PARAMETRIZED, False):
         return True
-    check_class(cls)
+    try:
+        check_class(cls)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None  # pytest prints its message alone
     pairs = []
     for name in plan.parametrized:
         marks = pytest.mark.skip(reason=plan.skipped[name]) if name in plan.skipped else ()
@@ -298,18 +316,19 @@ def generate_tests(metafunc: pytest.Metafunc, plan: Any) -> bool:
 
 
 def check_class(cls: type) -> None:
-    """A MutableStateTests class builds something, and its exclusions and skipped contexts are well formed."""
+    """A MutableStateTests class builds something, and its exclusions and skipped contexts are well
+    formed; ValueError names the setting that is not."""
     where = f"{cls.__module__}.{cls.__qualname__}"
-    if cls.make_state is MutableStateTests.make_state:
-        raise pytest.UsageError(f"{where}: override make_state(self, device) to build the object under test")
+    if cls.make_state is MutableStateTests.make_state:  # type: ignore[attr-defined]
+        raise ValueError(f"{where}: override make_state(self, device) to build the object under test")
     try:
-        normalize_exclusions(cls.exclude, "state")
+        normalize_exclusions(cls.exclude, "state")  # type: ignore[attr-defined]
     except ValueError as exc:
-        raise pytest.UsageError(f"{where}.{exc}") from None
+        raise ValueError(f"{where}.{exc}") from None
     known = {c.name for name in devices.NAMES for c in contexts_for(name)}
-    for name, reason in cls.skip_contexts.items():
+    for name, reason in cls.skip_contexts.items():  # type: ignore[attr-defined]
         if name not in known:
-            raise pytest.UsageError(f"{where}.skip_contexts: unknown context {name!r}; expected one of "
-                                    + ", ".join(sorted(known)))
+            raise ValueError(f"{where}.skip_contexts: unknown context {name!r}; expected one of "
+                             + ", ".join(sorted(known)))
         if not isinstance(reason, str) or not reason.strip():
-            raise pytest.UsageError(f"{where}.skip_contexts[{name!r}]: give the reason it is never built there")
+            raise ValueError(f"{where}.skip_contexts[{name!r}]: give the reason it is never built there")

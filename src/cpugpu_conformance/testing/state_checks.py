@@ -72,8 +72,10 @@ def warmed_up(warm_up, state, device, changed):
 
 
 def note_changes(before, after_what, device, changed):
-    """Add to `changed` what `after_what` (a whole context, left now) changed of the caller's state."""
-    changed += changes(before, after_what, device)
+    """Add to `changed` what `after_what` (a whole context, left now) changed of the caller's state,
+    when the calls inside it changed nothing: a change made inside is named there already."""
+    if not changed:
+        changed += changes(before, after_what, device)
 
 
 def caller_left_alone(changed):
