@@ -315,18 +315,18 @@ def generate_tests(metafunc: pytest.Metafunc, plan: Any) -> bool:
     return True
 
 
-def check_class(cls: type) -> None:
+def check_class(cls: type[MutableStateTests]) -> None:
     """A MutableStateTests class builds something, and its exclusions and skipped contexts are well
     formed; ValueError names the setting that is not."""
     where = f"{cls.__module__}.{cls.__qualname__}"
-    if cls.make_state is MutableStateTests.make_state:  # type: ignore[attr-defined]
+    if cls.make_state is MutableStateTests.make_state:
         raise ValueError(f"{where}: override make_state(self, device) to build the object under test")
     try:
-        normalize_exclusions(cls.exclude, "state")  # type: ignore[attr-defined]
+        normalize_exclusions(cls.exclude, "state")
     except ValueError as exc:
         raise ValueError(f"{where}.{exc}") from None
     known = {c.name for name in devices.NAMES for c in contexts_for(name)}
-    for name, reason in cls.skip_contexts.items():  # type: ignore[attr-defined]
+    for name, reason in cls.skip_contexts.items():
         if name not in known:
             raise ValueError(f"{where}.skip_contexts: unknown context {name!r}; expected one of "
                              + ", ".join(sorted(known)))

@@ -61,7 +61,11 @@ def set_elements(s):
     def key(x):
         if isinstance(x, torch.Tensor):
             return (0, str(x.dtype), tuple(x.shape), str(x.device), "")
-        return (1, type(x).__qualname__, (), "", repr(x))
+        try:
+            text = repr(x)
+        except Exception:  # a repr that raises: by type alone
+            text = ""
+        return (1, type(x).__qualname__, (), "", text)
 
     return sorted(s, key=key)
 
@@ -214,7 +218,7 @@ def _children(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
 
 def _dict_children(d: dict, node: _Node) -> Iterator[tuple[Any, _Node]]:
     items = list(dict.items(d))  # dict's own items: a subclass's (defaultdict's) hooks do not run
-    for i, (key, item) in enumerate(items):
+    for i, (key, _) in enumerate(items):
         if not (_literal_key(key) or isinstance(key, (enum.Enum, type, float))):
             yield key, node.child("list(", f")[{i}]")  # a key may hold tensors too
     for i, (key, item) in enumerate(items):
@@ -257,7 +261,8 @@ def _slots(cls: type) -> list[tuple[str, Any]]:
         for name in [declared] if isinstance(declared, str) else declared:
             if name in ("__dict__", "__weakref__"):
                 continue
-            mangled = f"_{klass.__name__.lstrip('_')}{name}" if name.startswith("__") and not name.endswith("__") else name
+            private = name.startswith("__") and not name.endswith("__")
+            mangled = f"_{klass.__name__.lstrip('_')}{name}" if private else name
             member = vars(klass).get(mangled)
             if isinstance(member, types.MemberDescriptorType):
                 found.append((mangled, member))
