@@ -491,6 +491,23 @@ class TestGradSwitching(MutableStateTests):
         state.warm_up()
 
 
+class Pool:
+    """Free blocks in a set, allocated in inference mode; defined here, so the reproducer holds its source."""
+
+    def __init__(self, device):
+        with torch.inference_mode():
+            self.free = {{torch.zeros(3, device=device), torch.zeros(2, device=device)}}
+
+
+def make_pool(device):
+    return Pool(device)
+
+
+class TestPool(MutableStateTests):
+    def make_state(self, device):
+        return make_pool(device)
+
+
 class TestRefusesInferenceMode(MutableStateTests):
     skip_contexts = {{"thread": "never built in a thread of its own"}}
 
@@ -681,6 +698,20 @@ def test_the_reproducer_of_a_promise_12_failure_fails_on_the_callers_state(proje
     run = run_reproducer(project, script, "repro_grad.py")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "AssertionError: warm_up changed the caller's grad mode from True to False" in run.stderr
+
+
+def test_the_reproducer_holds_what_the_test_module_defines(project, tmp_path):
+    script = project.record("TestPool", "plain")["reproducer"]
+    assert script.index("class Pool:") < script.index("def make_pool(device):") < script.index("class Tests:")
+    assert "test_engines" in script and "import test_engines" not in script and "from test_engines" not in script
+    path = tmp_path / "reproducer.py"  # away from the project: it needs nothing of it
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 1 and "AssertionError: set_elements(state.free)[0]: an inference tensor" in run.stderr, \
+        run.stderr
+    bad = [b["path"] for b in project.record("TestPool", "plain")["bad_paths"]]
+    assert bad == ["set_elements(state.free)[0]", "set_elements(state.free)[1]"]
 
 
 @pytest.mark.parametrize("settings, culprit", [

@@ -10,6 +10,7 @@ needs torch and the modules it imports: run it where the tests run.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import torch
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from .reproducer import Record, Scenario, Step, _code_names, literal
+from .reproducer import Record, Scenario, Step, literal
 from .state_checks import caller_left_alone, mutable_in_place
 from .state_walk import set_elements
 
@@ -80,24 +81,98 @@ def own_members(cls: type, stop: type) -> dict[str, Any]:
 
 
 def class_source(cls: type, stop: type) -> str:
-    """The imports the class's own methods need, then those methods as a class of their own, an
-    instance of it, and `make_state` (and `warm_up`, where the class has one) bound from it."""
+    """What the class's own methods need (imports, and the classes and functions of the test module
+    they use, as written), then those methods as a class of their own, an instance of it, and
+    `make_state` (and `warm_up`, where the class has one) bound from it."""
     members = own_members(cls, stop)
     functions = {name: _function(value) for name, value in members.items() if _function(value) is not None}
     body: list[str] = []
     for name, value in members.items():
-        if isinstance(value, _LITERALS) or (isinstance(value, tuple) and all(isinstance(v, _LITERALS) for v in value)):
+        if _is_literal(value):
             body.append(f"    {name} = {literal(value)}\n")
     for name, func in functions.items():
         body.append(("\n" if body else "") + _method_source(name, func))
-    head = "".join(f"{line}\n" for line in _imports(list(functions.values())))
-    where = inspect.getsourcefile(cls) or cls.__module__
-    text = (f"{head}\n\nclass Tests:  # {cls.__qualname__}'s own methods and settings, as written in {where}\n"
-            + ("".join(body) or "    pass\n")
-            + "\n\nTESTS = Tests()\nmake_state = TESTS.make_state\n")
+    needed = _Needed(cls.__module__)
+    for func in functions.values():
+        needed.read(_source_of(func), func.__globals__)
+    text = needed.text() + (f"\n\nclass Tests:  # {cls.__qualname__}'s own methods and settings, as written in {cls.__module__}\n"
+             + ("".join(body) or "    pass\n")
+             + "\n\nTESTS = Tests()\nmake_state = TESTS.make_state\n")
     if "warm_up" in functions:
         text += "warm_up = TESTS.warm_up\n"
-    return text
+    # The script puts one blank line above this text: a definition first needs one more (PEP 8).
+    text = text.lstrip("\n")
+    return text if text.startswith(("import ", "from ")) else "\n" + text
+
+
+class _Needed:
+    """The imports and definitions a piece of source needs, from the globals of its module: a module
+    as itself; a class or function of the test module as written there (and what it needs in
+    turn); one defined elsewhere imported from its module; a plain constant as a literal;
+    anything else imported from the test module."""
+
+    def __init__(self, test_module: str) -> None:
+        self.test_module = test_module
+        self.imports: list[str] = []
+        self.definitions: dict[str, tuple[int, str]] = {}  # name -> (line in the test module, source)
+        self.seen: set[str] = set()
+
+    def read(self, source: str | None, namespace: dict[str, Any]) -> None:
+        if source is None:
+            return
+        for name in _names_read(source):
+            if name in self.seen or name not in namespace or _HEADER_NAMES.get(name) is namespace[name]:
+                continue
+            self.seen.add(name)
+            self._add(name, namespace[name])
+
+    def _add(self, name: str, value: Any) -> None:
+        own = (inspect.isclass(value) or inspect.isfunction(value)) and getattr(value, "__module__", None) == \
+            self.test_module and getattr(value, "__qualname__", None) == name
+        source = _source_of(value) if own else None
+        if source is not None:
+            self.definitions[name] = (inspect.getsourcelines(value)[1], source)
+            members = vars(value).values() if inspect.isclass(value) else [value]
+            namespace = sys.modules[self.test_module].__dict__
+            self.read(source, namespace)
+            for member in members:  # a class's methods read the module's globals as its body does
+                func = _function(member)
+                if func is not None:
+                    self.read(_source_of(func), func.__globals__)
+        elif _is_literal(value):
+            self.definitions[name] = (0, f"{name} = {literal(value)}\n")
+        else:
+            line = _import_of(name, value, self.test_module)
+            if line not in self.imports:
+                self.imports.append(line)
+
+    def text(self) -> str:
+        definitions = [source.rstrip("\n") + "\n" for _, source in sorted(self.definitions.values(),
+                                                                         key=lambda item: item[0])]
+        return "".join(f"{line}\n" for line in self.imports) + "".join(f"\n\n{d}" for d in definitions)
+
+
+def _names_read(source: str) -> list[str]:
+    """The names a piece of source reads, in the order they appear."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return list(dict.fromkeys(node.id for node in ast.walk(tree)
+                              if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)))
+
+
+def _source_of(value: Any) -> str | None:
+    try:
+        return textwrap.dedent(inspect.getsource(value))
+    except (OSError, TypeError):
+        return None
+
+
+def _is_literal(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_is_literal(v) for v in value)
+    return isinstance(value, _LITERALS)
 
 
 def _function(value: Any) -> Any:
@@ -107,32 +182,16 @@ def _function(value: Any) -> Any:
 
 
 def _method_source(name: str, func: Any) -> str:
-    try:
-        return textwrap.indent(textwrap.dedent(inspect.getsource(func)), "    ").rstrip() + "\n"
-    except (OSError, TypeError):
+    source = _source_of(func)
+    if source is None:
         return (f"    def {name}(self, *args, **kwargs):\n"
                 f"        raise NotImplementedError({f'the source of {name} was not found'!r})\n")
-
-
-def _imports(functions: list[Any]) -> list[str]:
-    """An import for each global name the functions read (torch and np are in every reproducer)."""
-    lines: list[str] = []
-    for func in functions:
-        for name in sorted(_code_names(func.__code__)):
-            if name not in func.__globals__:
-                continue  # an attribute's name, a builtin, or a name the function never binds
-            value = func.__globals__[name]
-            if _HEADER_NAMES.get(name) is value:
-                continue
-            line = _import_of(name, value, func.__module__)
-            if line not in lines:
-                lines.append(line)
-    return lines
+    return textwrap.indent(source, "    ").rstrip() + "\n"
 
 
 def _import_of(name: str, value: Any, test_module: str) -> str:
     """Where the script imports `name` from: a module as itself, a top-level class or function from
-    its own module, anything else (a constant, an instance) from the test module."""
+    its own module, anything else (an instance, say) from the test module."""
     if inspect.ismodule(value):
         return f"import {value.__name__}" if value.__name__ == name else f"import {value.__name__} as {name}"
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
