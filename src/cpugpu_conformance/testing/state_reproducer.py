@@ -95,9 +95,9 @@ def class_source(cls: type, stop: type) -> str:
     needed = _Needed(cls.__module__)
     for func in functions.values():
         needed.read(_source_of(func), func.__globals__)
-    text = needed.text() + (f"\n\nclass Tests:  # {cls.__qualname__}'s own methods and settings, as written in {cls.__module__}\n"
-             + ("".join(body) or "    pass\n")
-             + "\n\nTESTS = Tests()\nmake_state = TESTS.make_state\n")
+    origin = f"{cls.__qualname__}'s own methods and settings, as written in {cls.__module__}"
+    text = (needed.text() + f"\n\nclass Tests:  # {origin}\n" + ("".join(body) or "    pass\n")
+            + "\n\nTESTS = Tests()\nmake_state = TESTS.make_state\n")
     if "warm_up" in functions:
         text += "warm_up = TESTS.warm_up\n"
     # The script puts one blank line above this text: a definition first needs one more (PEP 8).

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import types
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,26 @@ _NOT_STATE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionT
 _LITERAL_KEYS = (str, bytes, int, type(None))
 
 
+# What the walk does with a thing, by its type (decided once per type: the walk's hot path).
+_ATOM, _SKIP, _TENSOR, _MODULE, _DICT, _PROXY, _SEQUENCE, _SET, _OBJECT = range(9)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kind(cls: Any) -> int:
+    if cls in _ATOMIC:
+        return _ATOM
+    if issubclass(cls, torch.Tensor):
+        return _TENSOR
+    module = getattr(cls, "__module__", None) or ""
+    if issubclass(cls, _NOT_STATE) or module == "torch" or module.startswith("torch._"):
+        return _SKIP  # torch's own machinery (torch._C, torch._dynamo, ...) holds no state of the object's
+    for base, kind in ((torch.nn.Module, _MODULE), (dict, _DICT), (types.MappingProxyType, _PROXY),
+                       ((list, tuple, collections.deque), _SEQUENCE), ((set, frozenset), _SET)):
+        if issubclass(cls, base):
+            return kind
+    return _OBJECT
+
+
 class WalkLimit(Exception):
     """The walk went past its bound (items looked at, or depth): it cannot say it saw every tensor."""
 
@@ -70,36 +91,32 @@ def set_elements(s):
     return sorted(s, key=key)
 
 
-@dataclass(frozen=True)
-class _Node:
-    """One step of a path: the text around the parent's (``prefix`` + parent + ``suffix``), so a
-    path is rendered only when it is needed; ``length`` of the rendered path, ``depth`` in steps."""
+# One step of a path, as a tuple (the walk makes one per thing it holds): the parent's node, the
+# text around the parent's path (prefix + parent + suffix), the rendered path's length, its depth
+# in steps. A path is rendered only when it is needed.
+_Node = tuple  # (parent: _Node | None, prefix: str, suffix: str, length: int, depth: int)
+_PARENT, _PREFIX, _SUFFIX, _LENGTH, _DEPTH = range(5)
 
-    parent: _Node | None
-    prefix: str
-    suffix: str
-    length: int
-    depth: int
 
-    def child(self, prefix: str, suffix: str) -> _Node:
-        return _Node(self, prefix, suffix, self.length + len(prefix) + len(suffix), self.depth + 1)
+def _child(node: _Node, prefix: str, suffix: str) -> _Node:
+    return (node, prefix, suffix, node[_LENGTH] + len(prefix) + len(suffix), node[_DEPTH] + 1)
 
-    def render(self) -> str:
-        parts: list[_Node] = []
-        node: _Node | None = self
-        while node is not None:
-            parts.append(node)
-            node = node.parent
-        text = ""
-        for part in reversed(parts):
-            text = part.prefix + text + part.suffix
-        return text
+
+def _render(node: _Node) -> str:
+    parts: list[_Node] = []
+    while node is not None:
+        parts.append(node)
+        node = node[_PARENT]
+    text = ""
+    for part in reversed(parts):
+        text = part[_PREFIX] + text + part[_SUFFIX]
+    return text
 
 
 def _attribute(parent: _Node, name: str) -> _Node:
     if name.isidentifier():
-        return parent.child("", f".{name}")
-    return parent.child("getattr(", f", {name!r})")
+        return _child(parent, "", f".{name}")
+    return _child(parent, "getattr(", f", {name!r})")
 
 
 def _literal_key(key: Any) -> bool:
@@ -143,18 +160,18 @@ def walk(obj: Any, root: str = "state", *, exclude: Mapping[str, str] | None = N
     exclusions = normalize_exclusions(exclude, root)
     lengths = {len(path) for path in exclusions}
     found = Walk()
-    first_path: dict[int, _Node] = {}  # id -> where it was first reached (and the object, kept alive)
+    first_path: dict[int, _Node] = {}  # id -> where it was first reached
     alive: list[Any] = []  # what the walk made ids of: an id is unique only while its object lives
-    queue: collections.deque[tuple[Any, _Node]] = collections.deque([(obj, _Node(None, root, "", len(root), 0))])
+    queue: collections.deque[tuple[Any, _Node]] = collections.deque([(obj, (None, root, "", len(root), 0))])
 
     def excluded_here(node: _Node, value: Any) -> bool:
-        if node.length not in lengths:
+        if node[_LENGTH] not in lengths:
             return False
-        path = node.render()
+        path = _render(node)
         if path not in exclusions:
             return False
         earlier = first_path.get(id(value))
-        seen = f" (the same object is reached first at {earlier.render()}, and checked there)" if earlier else ""
+        seen = f" (the same object is reached first at {_render(earlier)}, and checked there)" if earlier else ""
         found.excluded[path] = exclusions[path] + seen
         return True
 
@@ -164,65 +181,47 @@ def walk(obj: Any, root: str = "state", *, exclude: Mapping[str, str] | None = N
         if found.items > max_items:
             raise WalkLimit(f"the walk of {root} looked at more than max_items={max_items} things (at {_short(node)}): "
                             "exclude the path of a large container that holds no tensors, or raise max_items")
-        if type(value) in _ATOMIC:
+        kind = _kind(type(value))  # type: ignore[arg-type]  # (mypy: a type is hashable)
+        if kind == _ATOM:
             continue
-        if node.depth > max_depth:
+        if node[_DEPTH] > max_depth:
             raise WalkLimit(f"the walk of {root} went deeper than max_depth={max_depth} steps (at {_short(node)}): "
                             "a linked structure? exclude its path, or raise max_depth")
-        if excluded_here(node, value):
-            continue
-        if id(value) in first_path:
-            continue
-        tensor = isinstance(value, torch.Tensor)
-        if not tensor and (isinstance(value, _NOT_STATE) or _torch_internal(value)):
+        if (lengths and excluded_here(node, value)) or id(value) in first_path or kind == _SKIP:
             continue
         first_path[id(value)] = node
         alive.append(value)
-        if tensor:
-            found.tensors.append((node.render(), value))
+        if kind == _TENSOR:
+            found.tensors.append((_render(node), value))
             if grads and value.is_leaf and value.grad is not None:  # .grad of a non-leaf warns, and is None
-                queue.append((value.grad, node.child("", ".grad")))
+                queue.append((value.grad, _child(node, "", ".grad")))
         else:
-            queue.extend(_children(value, node))
+            queue.extend(_CHILDREN[kind](value, node))
     found.unmatched = {path: reason for path, reason in exclusions.items() if path not in found.excluded}
     return found
 
 
 def _short(node: _Node, limit: int = 200) -> str:
-    path = node.render()
-    return path if len(path) <= limit else f"{path[:limit // 2]} ... {path[-limit // 2:]} ({node.depth} steps)"
+    path = _render(node)
+    return path if len(path) <= limit else f"{path[:limit // 2]} ... {path[-limit // 2:]} ({node[_DEPTH]} steps)"
 
 
-def _torch_internal(value: Any) -> bool:
-    """torch's own machinery (torch._C, torch._dynamo, ...): no state of the object's."""
-    module = type(value).__module__ or ""
-    return module == "torch" or module.startswith("torch._")
+def _sequence_children(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
+    yield from ((item, _child(node, "", f"[{i}]")) for i, item in enumerate(value))
+    yield from _attributes(value, node)  # a subclass's own attributes (a namedtuple has none)
 
 
-def _children(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
-    """What `value` holds, each with its path, in the order it holds them."""
-    if isinstance(value, torch.nn.Module):
-        yield from _module_children(value, node)
-    elif isinstance(value, dict):
-        yield from _dict_children(value, node)
-    elif isinstance(value, types.MappingProxyType):
-        yield from _dict_children(dict(value), node)
-    elif isinstance(value, (list, tuple, collections.deque)):
-        yield from ((item, node.child("", f"[{i}]")) for i, item in enumerate(value))
-        yield from _attributes(value, node)  # a subclass's own attributes
-    elif isinstance(value, (set, frozenset)):
-        yield from ((item, node.child("set_elements(", f")[{i}]")) for i, item in enumerate(set_elements(value)))
-    else:
-        yield from _attributes(value, node)
+def _set_children(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
+    return ((item, _child(node, "set_elements(", f")[{i}]")) for i, item in enumerate(set_elements(value)))
 
 
 def _dict_children(d: dict, node: _Node) -> Iterator[tuple[Any, _Node]]:
     items = list(dict.items(d))  # dict's own items: a subclass's (defaultdict's) hooks do not run
     for i, (key, _) in enumerate(items):
         if not (_literal_key(key) or isinstance(key, (enum.Enum, type, float))):
-            yield key, node.child("list(", f")[{i}]")  # a key may hold tensors too
+            yield key, _child(node, "list(", f")[{i}]")  # a key may hold tensors too
     for i, (key, item) in enumerate(items):
-        yield item, (node.child("", f"[{key!r}]") if _literal_key(key) else node.child("list(", f".values())[{i}]"))
+        yield item, (_child(node, "", f"[{key!r}]") if _literal_key(key) else _child(node, "list(", f".values())[{i}]"))
 
 
 def _module_children(module: torch.nn.Module, node: _Node) -> Iterator[tuple[Any, _Node]]:
@@ -245,7 +244,7 @@ def _attributes(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
         attributes = None
     if isinstance(attributes, dict):
         yield from ((item, _attribute(node, str(name))) for name, item in list(attributes.items()))
-    for name, member in _slots(type(value)):
+    for name, member in _slots(type(value)):  # type: ignore[arg-type]
         try:
             item = member.__get__(value, type(value))
         except AttributeError:  # a slot never set
@@ -253,7 +252,8 @@ def _attributes(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
         yield item, _attribute(node, name)
 
 
-def _slots(cls: type) -> list[tuple[str, Any]]:
+@functools.lru_cache(maxsize=4096)
+def _slots(cls: Any) -> tuple[tuple[str, Any], ...]:
     """Each slot of the class and its bases: (its name on the object, its descriptor)."""
     found: list[tuple[str, Any]] = []
     for klass in cls.__mro__:
@@ -266,4 +266,14 @@ def _slots(cls: type) -> list[tuple[str, Any]]:
             member = vars(klass).get(mangled)
             if isinstance(member, types.MemberDescriptorType):
                 found.append((mangled, member))
-    return found
+    return tuple(found)
+
+
+_CHILDREN: dict[int, Callable[[Any, _Node], Iterable[tuple[Any, _Node]]]] = {
+    _MODULE: _module_children,
+    _DICT: _dict_children,
+    _PROXY: lambda value, node: _dict_children(dict(value), node),
+    _SEQUENCE: _sequence_children,
+    _SET: _set_children,
+    _OBJECT: _attributes,
+}
