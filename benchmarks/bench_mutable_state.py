@@ -10,13 +10,13 @@ another, the median of --repeat runs of:
   walk        state_walk.walk(): every tensor reachable, by path
   check       mutable_state.check_state(): the walk and each tensor's checks (is_inference,
               an in-place update outside and inside inference mode)
-  check 1 GiB the checks of one 1 GiB tensor: the update is a copy onto itself, which torch
-              skips, so a tensor's size costs nothing (compared with creating it)
+  one large   the checks of one --big-mib tensor (1 GiB): the update is a copy onto itself,
+              which torch skips, so a tensor's size costs nothing (against creating it)
 
 and prints seconds and each as a ratio to `create`. No target is asserted: the numbers are
 for reading (tests/ check that the walk ends, never how fast).
 
-    python benchmarks/bench_mutable_state.py [--tensors 10000] [--repeat 5]
+    python benchmarks/bench_mutable_state.py [--tensors 10000] [--repeat 5] [--big-mib 1024]
 """
 
 from __future__ import annotations
@@ -75,9 +75,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, default=10_000, help="tensors in the object (default 10000)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement; the median is printed")
+    parser.add_argument("--big-mib", type=int, default=1024, help="size of the one large tensor checked (default 1024)")
     args = parser.parse_args()
-    if args.tensors < 4 or args.repeat < 1:
-        parser.error("--tensors must be at least 4 and --repeat at least 1")
+    for flag, value, least in (("--tensors", args.tensors, 4), ("--repeat", args.repeat, 1), ("--big-mib", args.big_mib, 1)):
+        if value < least:
+            print(f"{flag} {value}: must be at least {least}", file=sys.stderr)
+            return 2
 
     tensors = make_tensors(args.tensors)
     state = engine_state(tensors)
@@ -90,8 +93,9 @@ def main() -> int:
     rows = [("create", create)]
     rows.append(("walk", median_time(lambda: walk(state, max_depth=2 * args.tensors + 10), args.repeat)))
     rows.append(("check", median_time(lambda: check_state(state, max_depth=2 * args.tensors + 10), args.repeat)))
-    big = types.SimpleNamespace(kv=torch.zeros(1 << 28))  # 1 GiB of float32
-    create_big = median_time(lambda: torch.zeros(1 << 28), args.repeat)
+    elements = args.big_mib * (1 << 18)  # float32: 2**18 elements a MiB
+    big = types.SimpleNamespace(kv=torch.zeros(elements))
+    create_big = median_time(lambda: torch.zeros(elements), args.repeat)
     check_big = median_time(lambda: check_state(big), args.repeat)
 
     print(f"torch {torch.__version__}, {args.tensors} tensors (plus {args.tensors} tensor-free records), "
@@ -100,8 +104,8 @@ def main() -> int:
         print(f"  {name:<12}{seconds * 1000:10.1f} ms  {seconds / create:6.2f}x create")
     per_tensor = rows[2][1] / args.tensors * 1e6
     print(f"  check, per tensor (the walk included): {per_tensor:.1f} us")
-    print(f"  check 1 GiB {check_big * 1000:10.2f} ms  {check_big / create_big:6.4f}x creating that tensor "
-          f"({create_big * 1000:.1f} ms)")
+    print(f"  check of one {args.big_mib} MiB tensor: {check_big * 1000:.2f} ms, {check_big / create_big:.4f}x "
+          f"creating it ({create_big * 1000:.1f} ms)")
     return 0
 
 
