@@ -294,7 +294,8 @@ def test_an_exclusion_inside_an_excluded_path_is_stale_and_says_so():
 
 
 @pytest.mark.parametrize("exclude, culprit", [({"weights.w": ""}, "give the reason"), ({"": "why"}, "is no path"),
-                                              ({"weights.w": None}, "give the reason")])
+                                              ({"weights.w": None}, "give the reason"),
+                                              (["weights.w"], "exclude: expected a dict of path -> reason")])
 def test_an_exclusion_without_a_reason_or_path_is_refused(exclude, culprit):
     with pytest.raises(ValueError, match=culprit):
         assert_mutable_state(weights_and_cache(), exclude=exclude)
@@ -349,8 +350,16 @@ def test_the_check_is_the_same_in_any_mode_of_the_caller_and_leaves_it(mode):
 
 
 def test_an_object_with_no_tensor_is_not_a_pass():
-    with pytest.raises(AssertionError, match="nothing checked: no tensor is reachable from state"):
+    with pytest.raises(AssertionError, match="could not be checked, which is no pass:\n  nothing checked: no tensor"):
         assert_mutable_state(es.LazyWorkspace(torch.device("cpu")))  # never warmed up: nothing allocated yet
+    with pytest.raises(AssertionError, match=r"reachable from state \(1 excluded\).*\n  excluded: state \(all of it\)"):
+        assert_mutable_state(torch.zeros(1), exclude={"state": "all of it"})
+
+
+def test_a_tensor_is_a_state_of_its_own():
+    assert assert_mutable_state(torch.zeros(2)).checked == 1
+    with pytest.raises(AssertionError, match="\n  state: an inference tensor"):
+        assert_mutable_state(inference(2))
 
 
 # --- the engine-shaped classes, one object at a time

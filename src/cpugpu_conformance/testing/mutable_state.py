@@ -89,7 +89,7 @@ def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str
     elif not found.tensors:
         what = f" ({len(found.excluded)} excluded)" if found.excluded else ""
         result.error = (f"nothing checked: no tensor is reachable from {root}{what} through attributes, slots, dicts, "
-                        "lists, tuples, sets or nn.Module registrations (is what allocates lazily in warm_up?)")
+                        "lists, tuples, sets or nn.Module registrations (is it allocated lazily, on first use?)")
     return result
 
 
@@ -111,7 +111,8 @@ def assert_mutable_state(obj: Any, exclude: Mapping[str, str] | None = None, *, 
     result = check_state(obj, exclusions, root=name, max_items=max_items, max_depth=max_depth)
     if not result.ok:
         head = (f"{name}: {len(result.bad)} of {result.checked} tensors would refuse an in-place update "
-                f"(promise {P.MUTABLE}, {P.PROMISES[P.MUTABLE]})" if result.bad else f"{name}: not shown mutable")
+                f"(promise {P.MUTABLE}, {P.PROMISES[P.MUTABLE]})" if result.bad
+                else f"{name}: promise {P.MUTABLE} could not be checked, which is no pass")
         raise AssertionError("\n".join([head + ":", *result.lines(), *result.excluded_lines()]))
     return result
 
@@ -246,6 +247,7 @@ class MutableStateTests:
                 sc.call(note_changes, Name("outer"), left, Name("device"), Name("changed"))
         except Exception as exc:  # the class's own calls raised in this context: the reproducer ends with that call
             outcome.raised = f"{type(exc).__name__}: {exc}"
+            outcome.changed = list(sc["changed"])
             outcome.script = sc.record.reproducer()
             return outcome
         finally:

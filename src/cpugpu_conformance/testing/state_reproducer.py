@@ -11,6 +11,7 @@ needs torch and the modules it imports: run it where the tests run.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sys
 import textwrap
@@ -80,6 +81,7 @@ def own_members(cls: type, stop: type) -> dict[str, Any]:
     return members
 
 
+@functools.lru_cache(maxsize=256)  # every phase of every context of a class writes the same text
 def class_source(cls: type, stop: type) -> str:
     """What the class's own methods need (imports, and the classes and functions of the test module
     they use, as written), then those methods as a class of their own, an instance of it, and

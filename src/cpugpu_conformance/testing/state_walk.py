@@ -140,6 +140,8 @@ def normalize_exclusions(exclude: Mapping[str, str] | None, root: str) -> dict[s
     """Exclusions by full path: ``"weights.w"`` (relative to the object) or ``"state.weights.w"``
     (as a failure prints it) both name ``state.weights.w``. Each needs a reason: ValueError
     names the one that has none."""
+    if exclude is not None and not isinstance(exclude, Mapping):
+        raise ValueError(f"exclude: expected a dict of path -> reason, got {type(exclude).__name__} {exclude!r}")
     full: dict[str, str] = {}
     for path, reason in (exclude or {}).items():
         if not isinstance(path, str) or not path.strip():
