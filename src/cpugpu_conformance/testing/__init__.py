@@ -11,7 +11,9 @@
 
 Each area of the contract is a class of its own (ShapeAndDtypeTests, ZeroedTests, ...;
 `AREAS`), composed into BufferContractTests; `BufferStateMachine` runs the state machine
-against a class; `strategies` draws what the tests draw. The names are imported on first
+against a class; `strategies` draws what the tests draw. `MutableStateTests` and
+`assert_mutable_state` check the seed's bug (promises 3 and 12) in any object an engine
+builds: every tensor reachable from it, by attribute path. The names are imported on first
 use, so that enabling the plugin (which imports this package) does not fix the hypothesis
 settings of the tests before the project's conftest.py has loaded its own profile.
 """
@@ -39,6 +41,8 @@ _WHERE = {
     "StateMachineTests": "stateful",
     "BufferStateMachine": "stateful",
     "BufferTests": "base",
+    "MutableStateTests": "mutable_state",
+    "assert_mutable_state": "mutable_state",
 }
 
 __all__ = [*_WHERE, "strategies"]

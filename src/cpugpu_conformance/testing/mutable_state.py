@@ -1,0 +1,336 @@
+"""The seed's bug in any object: `assert_mutable_state(obj)` and the test class `MutableStateTests`.
+
+"Inplace update to inference tensor outside InferenceMode is not allowed" is not particular
+to CpuGpuBuffer: engines hit it in workspaces allocated during a warm-up under
+``torch.inference_mode()``, in per-request tables, in an ``nn.Module``'s buffers. Promises 3 and
+12 of the contract, applied to any object:
+
+    assert_mutable_state(runner)          # in an existing test: every bad tensor path, or nothing
+
+    class TestOurRunner(MutableStateTests):   # with the plugin: per device and creation context
+        def make_state(self, device):
+            return OurRunner(device)
+
+        def warm_up(self, state):              # optional: what allocates lazily
+            state.warm_up()
+
+Every tensor reachable from the object (state_walk.py) must be no inference tensor and take
+an in-place update outside inference mode and inside it (state_checks.py); building the
+object and warming it up must leave the caller's grad mode, inference mode, default device
+and dtype (and the device's own state) as they were. Tensors an object holds as inference
+tensors on purpose are excluded by path, with a reason, and listed as excluded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from cpugpu_conformance import devices
+from cpugpu_conformance import promises as P
+
+from .contexts import PLAIN, Context, contexts_for
+from .reproducer import Name
+from .side_effects import caller_state
+from .state_checks import built_and_warmed_up, in_place_refusal, note_changes, warmed_up
+from .state_reproducer import StateScenario
+from .state_walk import DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, WalkLimit, normalize_exclusions, walk
+
+# The key of the report property the recorder reads (user_properties: ("mutable_state", {...})).
+REPORT_KEY = "mutable_state"
+
+
+@dataclass
+class Checked:
+    """One object walked and checked: how many tensors, which are bad and why, which were excluded."""
+
+    root: str
+    checked: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    excluded: dict[str, str] = field(default_factory=dict)  # path -> reason
+    error: str | None = None  # why the check could not be made (nothing to check, a stale exclusion, a limit)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and self.error is None
+
+    def lines(self) -> list[str]:
+        """The failure's lines: each bad path and why, then what could not be checked."""
+        lines = [f"  {path}: {why}" for path, why in self.bad]
+        if self.error:
+            lines.append(f"  {self.error}")
+        return lines
+
+    def excluded_lines(self) -> list[str]:
+        return [f"  excluded: {path} ({reason})" for path, reason in self.excluded.items()]
+
+
+def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str = "state",
+                max_items: int = DEFAULT_MAX_ITEMS, max_depth: int = DEFAULT_MAX_DEPTH) -> Checked:
+    """Walk `obj` and check every tensor on it (promise 3); what was found, never raised."""
+    result = Checked(root)
+    try:
+        found = walk(obj, root, exclude=exclude, max_items=max_items, max_depth=max_depth)
+    except WalkLimit as exc:
+        result.error = f"not checked: {exc}"
+        return result
+    result.excluded = dict(found.excluded)
+    for path, tensor in found.tensors:
+        why = in_place_refusal(tensor)
+        if why is not None:
+            result.bad.append((path, why))
+    result.checked = len(found.tensors)
+    if found.unmatched:
+        result.error = "; ".join(_stale(path, reason, found.excluded) for path, reason in found.unmatched.items())
+    elif not found.tensors:
+        what = f" ({len(found.excluded)} excluded)" if found.excluded else ""
+        result.error = (f"nothing checked: no tensor is reachable from {root}{what} through attributes, slots, dicts, "
+                        "lists, tuples, sets or nn.Module registrations (is it allocated lazily, on first use?)")
+    return result
+
+
+def _stale(path: str, reason: str, matched: Mapping[str, str]) -> str:
+    inside = next((m for m in matched if path.startswith((f"{m}.", f"{m}["))), None)
+    where = f"it is inside the excluded {inside}" if inside else "the walk found no tensor or object there"
+    return f"stale exclusion {path!r} ({reason}): {where}; remove it or correct the path"
+
+
+def assert_mutable_state(obj: Any, exclude: Mapping[str, str] | None = None, *, name: str = "state",
+                         max_items: int = DEFAULT_MAX_ITEMS, max_depth: int = DEFAULT_MAX_DEPTH) -> Checked:
+    """Promise 3 for an object already built: every tensor reachable from it is no inference tensor
+    and takes an in-place update outside inference mode and inside it. AssertionError names every
+    bad path and why. ``exclude``: path -> reason, for tensors held as inference tensors on purpose
+    (``{"weights.w": "read-only weights"}``); one that matches nothing is an error. Paths start
+    with `name`. Returns what was checked and excluded. Each tensor is written with its own values
+    (``t.copy_(t)``): its data is unchanged, its version counter is bumped (state_checks.py)."""
+    exclusions = normalize_exclusions(exclude, name)
+    result = check_state(obj, exclusions, root=name, max_items=max_items, max_depth=max_depth)
+    if not result.ok:
+        head = (f"{name}: {len(result.bad)} of {result.checked} tensors would refuse an in-place update "
+                f"(promise {P.MUTABLE}, {P.PROMISES[P.MUTABLE]})" if result.bad
+                else f"{name}: promise {P.MUTABLE} could not be checked, which is no pass")
+        raise AssertionError("\n".join([head + ":", *result.lines(), *result.excluded_lines()]))
+    return result
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One way of building the state in a context: both calls inside it, or only the warm-up."""
+
+    context: Context
+    warm_up_only: bool
+
+    def describe(self, has_warm_up: bool) -> str:
+        where = "the plain context" if self.context == PLAIN else f"context {self.context.name}"
+        if self.warm_up_only:
+            return f"built in the plain context, warmed up in {where}"
+        return f"built and warmed up in {where}" if has_warm_up else f"built in {where}"
+
+
+@dataclass
+class PhaseOutcome:
+    phase: str
+    checked: Checked | None = None
+    changed: list[str] = field(default_factory=list)  # promise 12: what building it changed of the caller's state
+    raised: str | None = None  # make_state or warm_up raised
+    script: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.raised is None and not self.changed and (self.checked is None or self.checked.ok)
+
+    def broken(self) -> list[str]:
+        found = []
+        if self.raised or (self.checked is not None and not self.checked.ok):
+            found.append(P.MUTABLE)
+        if self.changed:
+            found.append(P.NO_SIDE_EFFECTS)
+        return found
+
+    def lines(self) -> list[str]:
+        lines = [f"{self.phase}:"]
+        if self.raised:
+            lines.append(f"  raised {self.raised}")
+        if self.checked is not None:
+            lines += self.checked.lines()
+        lines += [f"  promise {P.NO_SIDE_EFFECTS}: {change}" for change in self.changed]
+        return lines
+
+
+class MutableStateTests:
+    """Promises 3 and 12 for any object: override ``make_state(device)`` (and ``warm_up(state)``).
+
+    For each device and each creation context the suite knows (contexts.py), the object is built
+    and warmed up in the context, and (with a warm_up) built plainly and warmed up in the
+    context; every tensor reachable from it is checked, and the caller's state around both
+    calls. With the plugin, each (device, context) is a test of its own.
+    """
+
+    # path -> reason: tensors the object holds as inference tensors on purpose (read-only weights).
+    # Relative to the object ("weights.w") or as a failure prints it ("state.weights.w").
+    exclude: ClassVar[Mapping[str, str]] = {}
+    # context name -> reason: contexts this object is never built in; their tests are skipped
+    # with the reason (untested, never passed). The names are contexts.py's.
+    skip_contexts: ClassVar[Mapping[str, str]] = {}
+    max_items: ClassVar[int] = DEFAULT_MAX_ITEMS
+    max_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__}>"
+
+    def make_state(self, device: Any) -> Any:
+        """Build the object under test for `device` (a torch.device). Its source goes into
+        reproducers: keep it self-contained (names it reads are imported by the script)."""
+        raise NotImplementedError(f"{type(self).__qualname__}: override make_state(self, device) to build the object")
+
+    def warm_up(self, state: Any) -> None:
+        """Optional: run what allocates lazily (a warm-up, autotuning, a graph capture)."""
+
+    @pytest.mark.cpugpu_promise(P.MUTABLE, P.NO_SIDE_EFFECTS)
+    def test_mutable_state(self, device: str, context: Context, request: pytest.FixtureRequest) -> None:
+        """`device` and `context`: every creation context of every device (generate_tests)."""
+        record: dict[str, Any] = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "device": device,
+                                  "context": context.name, "promises": [P.MUTABLE, P.NO_SIDE_EFFECTS]}
+        request.node.user_properties.append((REPORT_KEY, record))
+        why = self.skip_contexts.get(context.name) or context.same_as_plain()
+        if why:
+            record["skipped"] = why
+            pytest.skip(why)
+        outcomes = [self._run(device, phase) for phase in self._phases(context)]
+        failed = [o for o in outcomes if not o.ok]
+        record.update(
+            checked=sum(o.checked.checked for o in outcomes if o.checked is not None),
+            bad_paths=[{"path": path, "why": why, "phase": o.phase}
+                       for o in outcomes if o.checked is not None for path, why in o.checked.bad],
+            caller_state_changes=[change for o in outcomes for change in o.changed],
+            errors=[e for o in outcomes for e in (o.raised, o.checked.error if o.checked else None) if e],
+            excluded={path: reason for o in outcomes if o.checked is not None
+                      for path, reason in o.checked.excluded.items()},
+            broken=sorted({p for o in failed for p in o.broken()}, key=int),
+            reproducer=failed[0].script if failed else None,
+        )
+        if failed:  # the message says it all: no traceback of the suite's own code
+            pytest.fail(self._message(device, context, outcomes, failed[0].script or ""), pytrace=False)
+
+    def _has_warm_up(self) -> bool:
+        return type(self).warm_up is not MutableStateTests.warm_up
+
+    def _phases(self, context: Context) -> list[Phase]:
+        phases = [Phase(context, warm_up_only=False)]
+        if self._has_warm_up() and context != PLAIN:
+            phases.append(Phase(context, warm_up_only=True))
+        return phases
+
+    def _run(self, device: str, phase: Phase) -> PhaseOutcome:
+        """Build the state as `phase` says, through a scenario (so the reproducer is what ran), then walk it."""
+        has_warm_up = self._has_warm_up()
+        outcome = PhaseOutcome(phase.describe(has_warm_up))
+        sc = StateScenario(type(self), MutableStateTests, device, phase.context.name, outcome.phase)
+        sc.ns["make_state"] = self.make_state
+        sc.ns["warm_up"] = self.warm_up
+        warm = Name("warm_up") if has_warm_up else None
+        sc.bind(changed=[])
+        sc.call(caller_state, Name("device"), into="outer")
+        try:
+            if phase.warm_up_only:
+                sc.call(built_and_warmed_up, Name("make_state"), None, Name("device"), Name("changed"), into="state")
+                _call_in(sc, phase.context, warmed_up, Name("warm_up"), Name("state"), Name("device"), Name("changed"))
+            else:
+                _call_in(sc, phase.context, built_and_warmed_up, Name("make_state"), warm, Name("device"),
+                         Name("changed"))
+            if phase.context != PLAIN:
+                left = f"context {phase.context.name}, with what ran in it, once left,"
+                sc.call(note_changes, Name("outer"), left, Name("device"), Name("changed"))
+        except Exception as exc:  # the class's own calls raised in this context: the reproducer ends with that call
+            outcome.raised = f"{type(exc).__name__}: {exc}"
+            outcome.changed = list(sc["changed"])
+            outcome.script = sc.record.reproducer()
+            return outcome
+        finally:
+            _put_back(sc["outer"])
+        outcome.changed = list(sc["changed"])
+        outcome.checked = check_state(sc["state"], self.exclude, max_items=self.max_items, max_depth=self.max_depth)
+        if not outcome.ok:
+            sc.check_paths([path for path, _ in outcome.checked.bad])
+            if outcome.changed:
+                sc.check_caller_state()
+            outcome.script = sc.record.reproducer()
+        return outcome
+
+    def _message(self, device: str, context: Context, outcomes: list[PhaseOutcome], script: str) -> str:
+        broken = sorted({p for o in outcomes if not o.ok for p in o.broken()}, key=int)
+        lines = [f"{type(self).__qualname__}, device {device}, context {context.name}: promise "
+                 + " and ".join(f"{p} ({P.PROMISES[p]})" for p in broken) + " broken"]
+        for outcome in outcomes:
+            lines += outcome.lines() if not outcome.ok else [f"{outcome.phase}: held"]
+        excluded = {path: r for o in outcomes if o.checked is not None for path, r in o.checked.excluded.items()}
+        lines += [f"excluded: {path} ({reason})" for path, reason in excluded.items()]
+        return "\n".join(lines) + "\n\nReproducer (standalone: torch and the modules it imports):\n\n" + script
+
+
+def _put_back(before: Mapping[str, Any]) -> None:
+    """Put back the grad mode and default dtype a class changed (promise 12, reported already), so
+    that the next phase and the next test start from the caller's state, not the class's."""
+    if torch.is_grad_enabled() != before["grad mode"]:
+        torch.set_grad_enabled(before["grad mode"])
+    if torch.get_default_dtype() != before["default dtype"]:
+        torch.set_default_dtype(before["default dtype"])
+
+
+def _call_in(sc: StateScenario, context: Context, func: Any, *args: Any) -> Any:
+    """``state = context(func, *args)``, or ``state = func(*args)`` in the plain context."""
+    if context.enter is None:
+        return sc.call(func, *args, into="state")
+    return sc.call(context.enter, func, *args, into="state")
+
+
+# --- the plugin's part: parametrize by device and creation context
+
+_PARAMETRIZED = pytest.StashKey[bool]()
+
+
+def generate_tests(metafunc: pytest.Metafunc, plan: Any) -> bool:
+    """Parametrize a MutableStateTests test by `device` and `context` (every creation context of
+    each device the plan tests; a missing device's tests are skipped with its reason), after
+    checking the class's settings (a bad one is a collection error of one line, naming it). True
+    when it did; a second call for the same test does nothing. The plugin's pytest_generate_tests
+    calls it."""
+    cls = metafunc.cls
+    if cls is None or not issubclass(cls, MutableStateTests) or "context" not in metafunc.fixturenames:
+        return False
+    if metafunc.definition.stash.get(_PARAMETRIZED, False):
+        return True
+    try:
+        check_class(cls)
+    except ValueError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None  # pytest prints its message alone
+    pairs = []
+    for name in plan.parametrized:
+        marks = pytest.mark.skip(reason=plan.skipped[name]) if name in plan.skipped else ()
+        pairs += [pytest.param(name, c, id=f"{name}-{c.name}", marks=marks) for c in contexts_for(name)]
+    metafunc.parametrize("device,context", pairs)
+    metafunc.definition.stash[_PARAMETRIZED] = True
+    return True
+
+
+def check_class(cls: type[MutableStateTests]) -> None:
+    """A MutableStateTests class builds something, and its exclusions and skipped contexts are well
+    formed; ValueError names the setting that is not."""
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.make_state is MutableStateTests.make_state:
+        raise ValueError(f"{where}: override make_state(self, device) to build the object under test")
+    try:
+        normalize_exclusions(cls.exclude, "state")
+    except ValueError as exc:
+        raise ValueError(f"{where}.{exc}") from None
+    known = {c.name for name in devices.NAMES for c in contexts_for(name)}
+    for name, reason in cls.skip_contexts.items():
+        if name not in known:
+            raise ValueError(f"{where}.skip_contexts: unknown context {name!r}; expected one of "
+                             + ", ".join(sorted(known)))
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"{where}.skip_contexts[{name!r}]: give the reason it is never built there")

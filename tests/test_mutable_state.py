@@ -1,0 +1,800 @@
+"""The seed's bug in any engine object (issue 25): the walk (state_walk.py), the checks
+(state_checks.py), `assert_mutable_state`, and `MutableStateTests` in a project's own pytest
+run with the plugin, down to its standalone reproducers.
+
+Each engine-shaped broken class (engine_states.py) must be rejected on the path that holds the
+inference tensor, in exactly the creation contexts that make one; each fixed class must pass
+in every context.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import engine_states as es
+import numpy as np
+import pytest
+import torch
+
+from cpugpu_conformance.testing import MutableStateTests, assert_mutable_state
+from cpugpu_conformance.testing.contexts import contexts_for
+from cpugpu_conformance.testing.mutable_state import check_class, check_state
+from cpugpu_conformance.testing.state_checks import in_place_refusal
+from cpugpu_conformance.testing.state_walk import WalkLimit, set_elements, walk
+
+REPO = Path(__file__).resolve().parent.parent
+SEED_ERROR = "Inplace update to inference tensor outside InferenceMode is not allowed"
+CPU_CONTEXTS = [c.name for c in contexts_for("cpu")]
+# The contexts in which what runs is in inference mode: a lazy allocation there makes an inference tensor.
+INFERENCE_CONTEXTS = {"inference_mode", "nested_inference_mode", "no_grad_inside_inference_mode",
+                      "decorated_inference_mode", "thread_in_inference_mode"}
+# The contexts in which grad mode is on where warm_up runs: switching it off there is a change.
+GRAD_ON_CONTEXTS = {"plain", "inference_mode_false_inside_inference_mode", "thread", "default_device_meta",
+                    "set_default_device_meta", "set_default_dtype_float16"}
+
+
+def inference(*size, **kwargs):
+    with torch.inference_mode():
+        return torch.zeros(*size, **kwargs)
+
+
+def paths(obj, **kwargs) -> list[str]:
+    return [path for path, _ in walk(obj, **kwargs).tensors]
+
+
+def built_in_inference_mode(cls, device="cpu"):
+    """Built plainly, warmed up in inference mode: the engines' warm-up."""
+    state = cls(torch.device(device))
+    with torch.inference_mode():
+        state.warm_up()
+    return state
+
+
+# --- the walk: what it reaches, by which path
+
+
+class Slotted:
+    __slots__ = ("a", "__private", "unset")
+
+    def __init__(self, a, private):
+        self.a = a
+        self.__private = private
+
+
+class SlottedChild(Slotted):
+    __slots__ = ("b",)
+
+    def __init__(self, a, private, b):
+        super().__init__(a, private)
+        self.b = b
+
+
+@dataclass
+class Frame:
+    __slots__ = ("kv",)
+    kv: Any
+
+
+class Pair(NamedTuple):
+    k: Any
+    v: Any
+
+
+class Everything:
+    """A tensor in every kind of place the walk goes."""
+
+    def __init__(self):
+        self.attr = torch.zeros(1)
+        self.dict = {"k": torch.zeros(2), 3: torch.zeros(3), ("a", 1): torch.zeros(4), None: torch.zeros(5)}
+        self.odd_keys = {1.5: torch.zeros(6), object(): torch.zeros(7)}
+        self.tensor_key = {torch.zeros(8): "a tensor used as a key"}
+        self.seq = [torch.zeros(9), (torch.zeros(10), [torch.zeros(11)])]
+        self.deque = collections.deque([torch.zeros(12)])
+        self.set = {torch.zeros(13, dtype=torch.int64), torch.zeros(13)}
+        self.frozen = frozenset({torch.zeros(14)})
+        self.slots = SlottedChild(torch.zeros(15), torch.zeros(16), torch.zeros(17))
+        self.frame = Frame(torch.zeros(18))
+        self.pair = Pair(torch.zeros(19), torch.zeros(20))
+        self.proxy = types.MappingProxyType({"p": torch.zeros(21)})
+        self.model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        self.model.register_buffer("steps", torch.zeros(22))
+        self.leaf = torch.zeros(23, requires_grad=True)
+        self.leaf.grad = torch.ones(23)
+        setattr(self, "not-an-identifier", torch.zeros(24))
+
+
+def test_every_tensor_is_reached_by_a_path_that_evaluates_to_it():
+    state = Everything()
+    found = walk(state).tensors
+    assert len(found) == 28, [p for p, _ in found]  # 25 made here, the Linear's two, one .grad
+    for path, tensor in found:
+        assert eval(path, {"state": state, "set_elements": set_elements}) is tensor, path
+    by_path = dict(found)
+    for path in ("state.attr", "state.dict['k']", "state.dict[3]", "state.dict[('a', 1)]", "state.dict[None]",
+                 "list(state.odd_keys.values())[0]", "list(state.odd_keys.values())[1]", "list(state.tensor_key)[0]",
+                 "state.seq[0]", "state.seq[1][0]", "state.seq[1][1][0]", "state.deque[0]",
+                 "set_elements(state.set)[0]", "set_elements(state.set)[1]", "set_elements(state.frozen)[0]",
+                 "state.slots.a", "state.slots._Slotted__private", "state.slots.b", "state.frame.kv",
+                 "state.pair[0]", "state.pair[1]", "state.proxy['p']", "getattr(state.model, '0').weight",
+                 "state.model.steps", "state.leaf", "state.leaf.grad", "getattr(state, 'not-an-identifier')"):
+        assert path in by_path, (path, sorted(by_path))
+
+
+def test_a_module_is_walked_by_its_registered_names():
+    model = torch.nn.Module()
+    model.proj = torch.nn.Linear(3, 3)
+    model.register_buffer("cache", torch.zeros(2), persistent=False)
+    model.register_parameter("unset", None)
+    model.plain = torch.zeros(1)  # not registered: an attribute like any other
+    assert paths(model, root="model") == ["model.cache", "model.plain", "model.proj.weight", "model.proj.bias"]
+
+
+def test_the_order_is_the_objects_own_and_the_same_for_equal_objects():
+    assert paths(Everything()) == paths(Everything())
+    state = types.SimpleNamespace(b=torch.zeros(1), a=torch.zeros(1), nested=types.SimpleNamespace(c=torch.zeros(1)))
+    assert paths(state) == ["state.b", "state.a", "state.nested.c"]  # breadth first, attributes as set
+
+
+def test_sets_are_ordered_by_dtype_shape_and_device_not_by_hash():
+    a, b, c = torch.zeros(3, dtype=torch.int64), torch.zeros(2), torch.zeros(1)
+    for members in ([a, b, c], [c, b, a], [b, a, c]):
+        assert set_elements(set(members)) == [c, b, a]
+
+
+def test_an_alias_is_named_once_by_its_shortest_path():
+    shared = torch.zeros(2)
+    state = types.SimpleNamespace(deep=types.SimpleNamespace(inner=[shared]), top=shared)
+    assert paths(state) == ["state.top"]
+
+
+class Cyclic:
+    def __init__(self):
+        self.me = self
+        self.box = [self, torch.zeros(1)]
+        self.box.append(self.box)
+        self.peer = types.SimpleNamespace(back=self, t=torch.zeros(2))
+        self.table = {}
+        self.table["self"] = self.table
+
+
+def test_cycles_end_the_walk_and_each_tensor_is_found_once():
+    assert paths(Cyclic()) == ["state.box[1]", "state.peer.t"]
+
+
+def test_thousands_of_tensors_are_each_found_once():
+    state = types.SimpleNamespace(
+        layers=[types.SimpleNamespace(w=torch.zeros(2), cache={"k": torch.zeros(1), "v": torch.zeros(1)})
+                for _ in range(2000)],
+        pool={i: torch.zeros(1) for i in range(3000)},
+    )
+    state.aliases = [layer.w for layer in state.layers]  # a second, shorter path to each w
+    found = walk(state).tensors
+    assert len(found) == 2000 * 3 + 3000
+    assert len({id(t) for _, t in found}) == len(found)
+    by_path = dict(found)
+    assert all(by_path[f"state.aliases[{i}]"] is layer.w for i, layer in enumerate(state.layers))
+    assert not any(".w" in path for path in by_path)  # each w once, by its shortest path
+    assert found[0][0] == "state.pool[0]" and found[-1][0] == "state.layers[1999].cache['v']"
+
+
+class Node:
+    def __init__(self, nxt):
+        self.next = nxt
+
+
+def linked(n: int) -> Node:
+    head = None
+    for _ in range(n):
+        head = Node(head)
+    return head
+
+
+def test_a_long_linked_structure_is_walked_without_recursion():
+    head = linked(50_000)
+    node = head
+    while node.next is not None:
+        node = node.next
+    node.payload = torch.zeros(1)
+    found = walk(head, max_depth=60_000).tensors
+    assert len(found) == 1 and found[0][0].endswith(".next.payload") and found[0][0].count(".next") == 49_999
+
+
+def test_past_the_depth_limit_the_walk_stops_and_says_where():
+    with pytest.raises(WalkLimit, match=r"deeper than max_depth=100 steps \(at state\.next\.next.* \.\.\. .*\(101 steps\)"):
+        walk(linked(500), max_depth=100)
+
+
+def test_past_the_item_limit_the_walk_stops_and_says_how_to_go_on():
+    state = types.SimpleNamespace(tokens=list(range(10_000)))
+    with pytest.raises(WalkLimit, match=r"more than max_items=1000 things \(at state\.tokens\[\d+\]\): exclude"):
+        walk(state, max_items=1000)
+    # Excluded, the large container is not walked into.
+    assert walk(state, max_items=1000, exclude={"tokens": "token ids, no tensors"}).excluded == {
+        "state.tokens": "token ids, no tensors"}
+
+
+class Lazy:
+    """Tensors behind a property and __getattr__: computed, not held; the walk never calls them."""
+
+    calls = 0
+
+    @property
+    def computed(self):
+        Lazy.calls += 1
+        return inference(1)
+
+    def __getattr__(self, name):
+        Lazy.calls += 1
+        return inference(1)
+
+
+def test_the_walk_never_calls_properties_or_getattr():
+    state = Lazy()
+    state.held = torch.zeros(1)
+    assert paths(state) == ["state.held"] and Lazy.calls == 0
+
+
+def test_the_walk_does_not_enter_tensors_modules_classes_functions_or_torch_internals():
+    t = torch.zeros(1)
+    t.hidden = inference(1)  # a tensor's own attribute: no state of the object's
+
+    class Holder:
+        secret = inference(1)  # a class attribute: the class's, not the object's
+
+    def function():
+        return None
+
+    function.attribute = inference(1)
+    hidden_ref = inference(1)
+    state = types.SimpleNamespace(t=t, cls=Holder, module=types.ModuleType("m", None), f=function,
+                                  method=Holder().__init__, ref=weakref.ref(Holder), gen=torch.Generator(),
+                                  array=np.zeros(2), dtype=torch.float32, device=torch.device("cpu"),
+                                  exc=ValueError(hidden_ref))
+    state.module.x = inference(1)
+    assert paths(state) == ["state.t"]
+
+
+# --- exclusions
+
+
+def weights_and_cache():
+    return es.WeightsAndCache(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("key", ["weights.w", "state.weights.w"])
+def test_an_exclusion_by_path_is_recorded_never_silent(key):
+    checked = assert_mutable_state(weights_and_cache(), exclude={key: "read-only weights, made in inference mode on purpose"})
+    assert checked.checked == 1 and checked.excluded == {
+        "state.weights.w": "read-only weights, made in inference mode on purpose"}
+
+
+def test_without_the_exclusion_the_weights_are_rejected():
+    with pytest.raises(AssertionError, match=r"state\.weights\.w: an inference tensor"):
+        assert_mutable_state(weights_and_cache())
+
+
+def test_an_exclusion_that_matches_no_path_is_an_error():
+    with pytest.raises(AssertionError, match=r"stale exclusion 'state\.weigths\.w' \(typo\): the walk found no tensor"):
+        assert_mutable_state(weights_and_cache(), exclude={"weights.w": "ok", "weigths.w": "typo"})
+
+
+def test_an_exclusion_inside_an_excluded_path_is_stale_and_says_so():
+    with pytest.raises(AssertionError, match=r"stale exclusion 'state\.weights\.w'.*inside the excluded state\.weights"):
+        assert_mutable_state(weights_and_cache(), exclude={"weights": "all of it", "weights.w": "and this"})
+
+
+@pytest.mark.parametrize("exclude, culprit", [({"weights.w": ""}, "give the reason"), ({"": "why"}, "is no path"),
+                                              ({"weights.w": None}, "give the reason"),
+                                              (["weights.w"], "exclude: expected a dict of path -> reason")])
+def test_an_exclusion_without_a_reason_or_path_is_refused(exclude, culprit):
+    with pytest.raises(ValueError, match=culprit):
+        assert_mutable_state(weights_and_cache(), exclude=exclude)
+
+
+def test_an_excluded_alias_reached_first_elsewhere_is_checked_there_and_says_so():
+    w = inference(2)
+    state = types.SimpleNamespace(model=types.SimpleNamespace(w=w), weights=types.SimpleNamespace(w=w))
+    checked = check_state(state, {"weights.w": "read-only"})
+    assert checked.bad and checked.bad[0][0] == "state.model.w"
+    assert checked.excluded == {"state.weights.w": "read-only (the same object is reached first at state.model.w, "
+                                                   "and checked there)"}
+
+
+# --- the checks on one tensor
+
+
+def test_an_ordinary_tensor_of_any_dtype_and_layout_takes_the_update_and_keeps_its_data():
+    values = torch.tensor([-0.0, float("nan"), float("inf"), 1.5])
+    tensors = [values.clone(), torch.zeros(1).expand(5), torch.zeros(3, 3).t(), torch.zeros(3, 3).to_sparse(),
+               torch.zeros(3, dtype=torch.float8_e4m3fn), torch.zeros(3, dtype=torch.bool),
+               torch.zeros(3, device="meta"), torch.zeros(2, requires_grad=True)]
+    for t in tensors:
+        assert in_place_refusal(t) is None, t
+    kept = tensors[0]
+    assert torch.equal(kept.view(torch.int32), values.view(torch.int32))  # bitwise: -0.0 and nan too
+
+
+def test_a_tensor_that_requires_grad_gets_no_graph_from_the_check():
+    leaf = torch.zeros(2, requires_grad=True)
+    nonleaf = leaf * 2
+    grad_fn = nonleaf.grad_fn
+    assert in_place_refusal(leaf) is None and in_place_refusal(nonleaf) is None
+    assert leaf.grad_fn is None and nonleaf.grad_fn is grad_fn
+
+
+def test_an_inference_tensor_is_refused_with_the_seeds_error():
+    why = in_place_refusal(inference(3))
+    assert why.startswith("an inference tensor") and SEED_ERROR in why
+    assert "outside inference mode raised RuntimeError" in why and "inside" not in why
+
+
+@pytest.mark.parametrize("mode", ["plain", "no_grad", "inference_mode"])
+def test_the_check_is_the_same_in_any_mode_of_the_caller_and_leaves_it(mode):
+    state = types.SimpleNamespace(good=torch.zeros(1), bad=inference(1))
+    enter = {"plain": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[mode]
+    with enter():
+        before = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        checked = check_state(state)
+        assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == before
+    assert [path for path, _ in checked.bad] == ["state.bad"]
+
+
+def test_an_object_with_no_tensor_is_not_a_pass():
+    with pytest.raises(AssertionError, match="could not be checked, which is no pass:\n  nothing checked: no tensor"):
+        assert_mutable_state(es.LazyWorkspace(torch.device("cpu")))  # never warmed up: nothing allocated yet
+    with pytest.raises(AssertionError, match=r"reachable from state \(1 excluded\).*\n  excluded: state \(all of it\)"):
+        assert_mutable_state(torch.zeros(1), exclude={"state": "all of it"})
+
+
+def test_a_tensor_is_a_state_of_its_own():
+    assert assert_mutable_state(torch.zeros(2)).checked == 1
+    with pytest.raises(AssertionError, match="\n  state: an inference tensor"):
+        assert_mutable_state(inference(2))
+
+
+# --- the engine-shaped classes, one object at a time
+
+
+@pytest.mark.parametrize("broken, fixed", es.BROKEN_AND_FIXED, ids=[b.__name__ for b, _ in es.BROKEN_AND_FIXED])
+def test_each_broken_engine_state_is_rejected_on_its_path_and_its_fix_passes(broken, fixed):
+    with pytest.raises(AssertionError) as caught:
+        assert_mutable_state(built_in_inference_mode(broken))
+    message = str(caught.value)
+    assert f"\n  {broken.BAD_PATH}: an inference tensor" in message and SEED_ERROR in message, message
+    checked = assert_mutable_state(built_in_inference_mode(fixed))
+    assert checked.checked >= 1 and not checked.bad
+
+
+def test_the_failure_names_every_bad_path():
+    with pytest.raises(AssertionError) as caught:
+        assert_mutable_state(built_in_inference_mode(es.RequestTables), name="tables_owner")
+    lines = str(caught.value).splitlines()
+    assert lines[0] == ("tables_owner: 2 of 2 tensors would refuse an in-place update "
+                        "(promise 3, Mutable wherever they were made):")
+    assert [line.split(": ")[0].strip() for line in lines[1:]] == ["tables_owner.tables['default'][0]",
+                                                                   "tables_owner.tables['default'][1]"]
+
+
+def test_what_the_check_rejects_is_what_the_engine_hits():
+    """The walk's verdict and the serving loop agree: the broken workspace raises the seed's error
+    when updated outside inference mode, the fixed one does not."""
+    broken, fixed = built_in_inference_mode(es.LazyWorkspace), built_in_inference_mode(es.FixedLazyWorkspace)
+    with pytest.raises(RuntimeError, match=SEED_ERROR):
+        broken.serve()
+    fixed.serve()
+
+
+def test_an_engine_with_a_cycle_passes_and_every_tensor_is_checked():
+    engine = es.Engine(torch.device("cpu"))
+    with torch.inference_mode():
+        engine.warm_up()
+    checked = assert_mutable_state(engine)
+    assert checked.checked == 3  # the batch's two ids and the workspace
+
+
+# --- MutableStateTests in a project's own pytest run, with the plugin
+
+CONFTEST = '''
+import json
+import os
+
+import pytest
+import torch
+
+pytest_plugins = ["cpugpu_conformance.testing.plugin"]
+
+from cpugpu_conformance.testing.mutable_state import generate_tests
+from cpugpu_conformance.testing.recording import PLAN
+
+
+def pytest_generate_tests(metafunc):
+    # Until the plugin calls it itself: a second call does nothing.
+    generate_tests(metafunc, metafunc.config.stash[PLAN])
+
+
+REPORTS = []
+
+
+@pytest.fixture(autouse=True)
+def caller_state_put_back(request):
+    before = (torch.is_grad_enabled(), torch.get_default_dtype())
+    yield
+    after = (torch.is_grad_enabled(), torch.get_default_dtype())
+    if after != before:
+        REPORTS.append({"leak": request.node.nodeid, "before": str(before), "after": str(after)})
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        message = str(report.longrepr) if report.longrepr else ""
+        REPORTS.append({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                        "message": message, "properties": dict(report.user_properties)})
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["REPORTS_OUT"], "w") as out:
+        json.dump(REPORTS, out)
+'''
+
+ENGINE_TESTS = '''
+import torch
+
+import engine_states as es
+from engine_states import (Engine, FixedLazyWorkspace, FixedRequestTables, FixedRotaryModel, FixedScheduler,
+                           GradSwitchingRunner, RequestTables, RotaryModel, Scheduler, WeightsAndCache)
+from cpugpu_conformance.testing import MutableStateTests
+
+
+class TestLazyWorkspace(MutableStateTests):
+    def make_state(self, device):
+        return es.LazyWorkspace(device)
+
+    def warm_up(self, state):
+        state.warm_up()
+
+
+class TestFixedLazyWorkspace(MutableStateTests):
+    size = 32
+
+    def make_state(self, device):
+        return FixedLazyWorkspace(device, size=self.size)
+
+    def warm_up(self, state):
+        state.warm_up()
+{classes}
+
+class TestWeightsExcluded(MutableStateTests):
+    exclude = {{"weights.w": "read-only weights, loaded in inference mode on purpose"}}
+
+    def make_state(self, device):
+        return WeightsAndCache(device)
+
+
+class TestWeightsNotExcluded(MutableStateTests):
+    def make_state(self, device):
+        return WeightsAndCache(device)
+
+
+class TestStaleExclusion(MutableStateTests):
+    exclude = {{"weights.w": "read-only weights", "weights.bias": "there is no such tensor"}}
+
+    def make_state(self, device):
+        return WeightsAndCache(device)
+
+
+class TestGradSwitching(MutableStateTests):
+    def make_state(self, device):
+        return GradSwitchingRunner(device)
+
+    def warm_up(self, state):
+        state.warm_up()
+
+
+class Pool:
+    """Free blocks in a set, allocated in inference mode; defined here, so the reproducer holds its source."""
+
+    def __init__(self, device):
+        with torch.inference_mode():
+            self.free = {{torch.zeros(3, device=device), torch.zeros(2, device=device)}}
+
+
+def make_pool(device):
+    return Pool(device)
+
+
+class TestPool(MutableStateTests):
+    def make_state(self, device):
+        return make_pool(device)
+
+
+class TestRefusesInferenceMode(MutableStateTests):
+    skip_contexts = {{"thread": "never built in a thread of its own"}}
+
+    def make_state(self, device):
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError("build me outside inference mode")
+        return FixedLazyWorkspace(device)
+
+    def warm_up(self, state):
+        state.warm_up()
+'''
+
+SIMPLE_CLASS = '''
+
+class Test{name}(MutableStateTests):
+    def make_state(self, device):
+        return {name}(device)
+
+    def warm_up(self, state):
+        state.warm_up()
+'''
+
+
+@dataclass
+class ProjectRun:
+    returncode: int
+    output: str
+    reports: list[dict[str, Any]]
+    project: Path
+
+    def outcomes(self, cls: str) -> dict[str, str]:
+        """context -> outcome of the class's tests on the CPU."""
+        return {r["properties"]["mutable_state"]["context"]: r["outcome"] for r in self.reports
+                if f"::{cls}::" in r.get("nodeid", "") and "[cpu-" in r["nodeid"]}
+
+    def report(self, cls: str, context: str, device: str = "cpu") -> dict[str, Any]:
+        return next(r for r in self.reports if r.get("nodeid", "").endswith(f"{cls}::test_mutable_state[{device}-{context}]"))
+
+    def record(self, cls: str, context: str, device: str = "cpu") -> dict[str, Any]:
+        return self.report(cls, context, device)["properties"]["mutable_state"]
+
+
+def env_with_tests() -> dict[str, str]:
+    path = os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    return {**env, "PYTHONPATH": path}
+
+
+def run_project(root: Path, files: dict[str, str], *args: str) -> ProjectRun:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    out = root / "reports.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args], cwd=root,
+                          capture_output=True, text=True, timeout=300, env={**env_with_tests(), "REPORTS_OUT": str(out)})
+    reports = json.loads(out.read_text()) if out.exists() else []
+    return ProjectRun(proc.returncode, proc.stdout + proc.stderr, reports, root)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> ProjectRun:
+    names = ["RequestTables", "FixedRequestTables", "RotaryModel", "FixedRotaryModel", "Scheduler", "FixedScheduler",
+             "Engine"]
+    tests = ENGINE_TESTS.format(classes="".join(SIMPLE_CLASS.format(name=n) for n in names))
+    return run_project(tmp_path_factory.mktemp("ours"), {"conftest.py": CONFTEST, "test_engines.py": tests})
+
+
+def test_each_class_is_a_test_per_device_and_creation_context(project):
+    assert project.returncode == 1, project.output[-3000:]
+    for cls in ("TestLazyWorkspace", "TestFixedRotaryModel", "TestWeightsExcluded"):
+        assert sorted(project.outcomes(cls)) == sorted(CPU_CONTEXTS), project.outcomes(cls)
+    assert not [r for r in project.reports if "leak" in r], "a test left the caller's grad mode or dtype changed"
+
+
+@pytest.mark.parametrize("cls", ["TestFixedLazyWorkspace", "TestFixedRequestTables", "TestFixedRotaryModel",
+                                 "TestFixedScheduler", "TestEngine", "TestWeightsExcluded"])
+def test_the_fixed_classes_pass_in_every_context(project, cls):
+    outcomes = project.outcomes(cls)
+    assert outcomes == dict.fromkeys(CPU_CONTEXTS, "passed"), outcomes
+    record = project.record(cls, "inference_mode")
+    assert record["checked"] >= 1 and record["bad_paths"] == [] and record["broken"] == [], record
+    assert record["promises"] == ["3", "12"] and record["reproducer"] is None
+
+
+def test_the_lazy_workspace_fails_exactly_where_its_warm_up_runs_in_inference_mode(project):
+    failed = {c for c, outcome in project.outcomes("TestLazyWorkspace").items() if outcome == "failed"}
+    assert failed == INFERENCE_CONTEXTS
+    record = project.record("TestLazyWorkspace", "decorated_inference_mode")
+    assert [(b["path"], b["phase"]) for b in record["bad_paths"]] == [
+        ("state.workspace", "built and warmed up in context decorated_inference_mode"),
+        ("state.workspace", "built in the plain context, warmed up in context decorated_inference_mode")]
+    assert record["broken"] == ["3"] and SEED_ERROR in record["bad_paths"][0]["why"]
+
+
+@pytest.mark.parametrize("cls, bad_paths", [
+    ("TestRequestTables", ["state.tables['default'][0]", "state.tables['default'][1]"]),
+    ("TestRotaryModel", ["state.rotary.cos_sin_cache"]),
+    ("TestScheduler", ["state.batch.ids[1]"]),
+    ("TestWeightsNotExcluded", ["state.weights.w"]),
+])
+def test_a_class_broken_in_every_context_is_rejected_on_its_path_in_each(project, cls, bad_paths):
+    assert project.outcomes(cls) == dict.fromkeys(CPU_CONTEXTS, "failed")
+    plain = project.record(cls, "plain")
+    assert [b["path"] for b in plain["bad_paths"]] == bad_paths, plain["bad_paths"]
+    message = project.report(cls, "plain")["message"]
+    assert message.startswith(f"{cls}, device cpu, context plain: promise 3 (Mutable wherever they were made) broken")
+    for path in bad_paths:
+        assert f"\n  {path}: an inference tensor (made under torch.inference_mode()); an in-place update outside " \
+               f"inference mode raised RuntimeError: {SEED_ERROR}" in message, message
+
+
+def test_a_module_built_in_inference_mode_has_inference_parameters_too(project):
+    record = project.record("TestRotaryModel", "inference_mode")
+    first_phase = [b["path"] for b in record["bad_paths"] if b["phase"].startswith("built and warmed up")]
+    assert first_phase == ["state.proj.weight", "state.proj.bias", "state.rotary.inv_freq",
+                           "state.rotary.cos_sin_cache"]
+
+
+def test_an_exclusion_is_recorded_and_a_stale_one_fails(project):
+    record = project.record("TestWeightsExcluded", "plain")
+    assert record["excluded"] == {"state.weights.w": "read-only weights, loaded in inference mode on purpose"}
+    assert project.outcomes("TestStaleExclusion") == dict.fromkeys(CPU_CONTEXTS, "failed")
+    message = project.report("TestStaleExclusion", "plain")["message"]
+    assert "stale exclusion 'state.weights.bias' (there is no such tensor): the walk found no tensor" in message
+
+
+def test_a_class_that_changes_the_callers_grad_mode_breaks_promise_12(project):
+    failed = {c for c, outcome in project.outcomes("TestGradSwitching").items() if outcome == "failed"}
+    assert failed == GRAD_ON_CONTEXTS
+    record = project.record("TestGradSwitching", "plain")
+    assert record["broken"] == ["12"] and record["bad_paths"] == []
+    assert record["caller_state_changes"] == ["warm_up changed the caller's grad mode from True to False"]
+
+
+def test_a_class_that_cannot_be_built_in_a_context_fails_there_and_a_skipped_context_is_untested(project):
+    outcomes = project.outcomes("TestRefusesInferenceMode")
+    assert {c for c, o in outcomes.items() if o == "failed"} == INFERENCE_CONTEXTS
+    assert outcomes["thread"] == "skipped"
+    skipped = project.report("TestRefusesInferenceMode", "thread")
+    assert "never built in a thread of its own" in skipped["message"]
+    assert skipped["properties"]["mutable_state"]["skipped"] == "never built in a thread of its own"
+    message = project.report("TestRefusesInferenceMode", "inference_mode")["message"]
+    assert "raised RuntimeError: build me outside inference mode" in message
+    assert project.record("TestRefusesInferenceMode", "inference_mode")["broken"] == ["3"]
+
+
+def test_every_failure_ends_with_its_reproducer(project):
+    for r in project.reports:
+        if r.get("outcome") == "failed":
+            script = r["properties"]["mutable_state"]["reproducer"]
+            assert script and r["message"].rstrip().endswith(script.rstrip()), r["nodeid"]
+            assert "Reproducer (standalone: torch and the modules it imports):" in r["message"]
+
+
+def run_reproducer(project: ProjectRun, script: str, name: str) -> subprocess.CompletedProcess[str]:
+    path = project.project / name
+    path.write_text(script)
+    return subprocess.run([sys.executable, str(path)], cwd=project.project, capture_output=True, text=True,
+                          timeout=120, env=env_with_tests())
+
+
+def test_the_reproducer_stands_alone_and_fails_with_the_seeds_error(project):
+    script = project.record("TestLazyWorkspace", "thread_in_inference_mode")["reproducer"]
+    assert "import engine_states as es\n" in script and "def make_state(self, device):\n" in script
+    assert "def thread_in_inference_mode(make, *args):" in script and "import threading" in script
+    assert "mutable_in_place('state.workspace', state.workspace)\n" in script
+    assert "cpugpu_conformance" not in script.split("# Run:")[1]  # torch and the class's modules only
+    run = run_reproducer(project, script, "repro_lazy.py")
+    assert run.returncode == 1 and "AssertionError: state.workspace: an inference tensor" in run.stderr, run.stderr
+    assert SEED_ERROR in run.stderr
+    # The same script with the fixed class in it: the promise holds.
+    fixed = run_reproducer(project, script.replace("es.LazyWorkspace(", "es.FixedLazyWorkspace("), "repro_fixed.py")
+    assert fixed.returncode == 0 and fixed.stdout.strip() == "ok: the promise held", fixed.stderr
+
+
+def test_the_reproducer_imports_what_make_state_reads_and_holds_its_settings(project):
+    script = project.record("TestRequestTables", "plain")["reproducer"]
+    assert "from engine_states import RequestTables\n" in script
+    run = run_reproducer(project, script, "repro_tables.py")
+    assert run.returncode == 1 and "state.tables['default'][0]: an inference tensor" in run.stderr, run.stderr
+    fixed = script.replace("from engine_states import RequestTables\n",
+                           "from engine_states import FixedRequestTables as RequestTables\n")
+    assert run_reproducer(project, fixed, "repro_tables_fixed.py").returncode == 0
+
+
+def test_the_reproducer_of_a_promise_12_failure_fails_on_the_callers_state(project):
+    script = project.record("TestGradSwitching", "thread")["reproducer"]
+    run = run_reproducer(project, script, "repro_grad.py")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "AssertionError: warm_up changed the caller's grad mode from True to False" in run.stderr
+
+
+def test_the_reproducer_holds_what_the_test_module_defines(project, tmp_path):
+    script = project.record("TestPool", "plain")["reproducer"]
+    assert script.index("class Pool:") < script.index("def make_pool(device):") < script.index("class Tests:")
+    assert "test_engines" in script and "import test_engines" not in script and "from test_engines" not in script
+    path = tmp_path / "reproducer.py"  # away from the project: it needs nothing of it
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 1 and "AssertionError: set_elements(state.free)[0]: an inference tensor" in run.stderr, \
+        run.stderr
+    bad = [b["path"] for b in project.record("TestPool", "plain")["bad_paths"]]
+    assert bad == ["set_elements(state.free)[0]", "set_elements(state.free)[1]"]
+
+
+@pytest.mark.parametrize("settings, culprit", [
+    ({"skip_contexts": {"nope": "x"}}, "TestOurs.skip_contexts: unknown context 'nope'; expected one of"),
+    ({"skip_contexts": {"thread": " "}}, "TestOurs.skip_contexts['thread']: give the reason"),
+    ({"exclude": {"w": ""}}, "TestOurs.exclude['w']: give the reason the tensor is excluded"),
+    ({"make_state": None}, "TestOurs: override make_state(self, device)"),
+])
+def test_a_bad_setting_is_refused_naming_it(settings, culprit):
+    members = {"make_state": lambda self, device: object(), **settings}
+    if members["make_state"] is None:
+        del members["make_state"]
+    cls = type("TestOurs", (MutableStateTests,), members)
+    with pytest.raises(ValueError) as caught:
+        check_class(cls)
+    assert culprit in str(caught.value)
+
+
+def test_a_bad_setting_is_a_one_line_collection_error_in_a_run(tmp_path):
+    tests = '''
+    from cpugpu_conformance.testing import MutableStateTests
+
+    class TestOurs(MutableStateTests):
+        skip_contexts = {"nope": "x"}
+
+        def make_state(self, device):
+            return None
+    '''
+    run = run_project(tmp_path, {"conftest.py": CONFTEST, "test_ours.py": tests})
+    assert run.returncode == 2, run.output
+    assert "\ntest_ours.TestOurs.skip_contexts: unknown context 'nope'; expected one of" in run.output
+    assert "Traceback" not in run.output and "generate_tests" not in run.output
+
+
+def test_a_missing_device_is_skipped_with_its_reason_never_passed(tmp_path):
+    tests = ENGINE_TESTS.format(classes="")
+    run = run_project(tmp_path, {"conftest.py": CONFTEST, "test_engines.py": tests},
+                      "--cpugpu-device", "all", "-k", "TestFixedLazyWorkspace")
+    cuda = [r for r in run.reports if "[cuda-" in r.get("nodeid", "")]
+    assert cuda, run.output[-2000:]
+    if torch.cuda.is_available():
+        assert {r["outcome"] for r in cuda} == {"passed"}, [r["message"] for r in cuda if r["outcome"] != "passed"]
+    else:
+        assert {r["outcome"] for r in cuda} == {"skipped"}
+        assert all("no CUDA device" in r["message"] for r in cuda)
+    assert {r["outcome"] for r in run.reports if "[cpu-" in r.get("nodeid", "")} == {"passed"}
+
+
+def test_the_names_are_the_librarys():
+    import cpugpu_conformance.testing as testing
+
+    assert testing.MutableStateTests is MutableStateTests and testing.assert_mutable_state is assert_mutable_state
+    assert {"MutableStateTests", "assert_mutable_state"} <= set(dir(testing))
+
+
+# --- the benchmark: it runs, and says bad input in one line (its numbers are for reading)
+
+
+def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_mutable_state.py"), *args],
+                          capture_output=True, text=True, timeout=300, env=env_with_tests())
+
+
+def test_the_benchmark_prints_ratios_against_its_own_baseline():
+    run = run_benchmark("--tensors", "200", "--repeat", "1", "--big-mib", "1")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("torch ") and "200 tensors" in lines[0]
+    for name in ("create", "walk", "check"):
+        assert any(line.split()[0] == name and line.endswith("x create") for line in lines[1:]), run.stdout
+
+
+@pytest.mark.parametrize("args, culprit", [(["--tensors", "3"], "--tensors 3: must be at least 4"),
+                                           (["--repeat", "0"], "--repeat 0: must be at least 1")])
+def test_the_benchmark_refuses_bad_input_in_one_line(args, culprit):
+    run = run_benchmark(*args)
+    assert run.returncode == 2 and run.stderr.strip() == culprit and not run.stdout
