@@ -631,26 +631,16 @@ def test_cuda_refuses_a_fork_left_unjoined_and_every_stream_stays_usable():
 
 @pytest.mark.devices("cuda")
 def test_a_pinned_copy_leaves_the_stall_running_and_a_pageable_one_does_not():
-    """What the non-blocking check rests on, on this GPU: the stall outlasts queuing a pinned copy, and a copy
-    into pageable memory waits for it."""
-    made = dict(dtype=torch.uint8, device=torch.device("cuda"), with_numpy=False)
-    pinned, pageable = CpuGpuBuffer(1 << 20, pin_memory=True, **made), PageableHostBuffer(1 << 20, pin_memory=True, **made)
-    for buf, waits in ((pinned, False), (pageable, True)):
+    """What the non-blocking check rests on, on this GPU: the stall outlasts queuing a pinned copy (in one of
+    three tries, as the check asks), and a copy into pageable memory waits for it (every time)."""
+    made = dict(dtype=torch.uint8, device=torch.device("cuda"), pin_memory=True, with_numpy=False)
+    for buf, waits in ((CpuGpuBuffer(1 << 20, **made), False), (PageableHostBuffer(1 << 20, **made), True)):
         buf.copy_to_cpu()
+        seen = []
+        for _ in range(3):
+            devices.cuda_sync(buf.gpu.device)
+            devices.cuda_stall(buf)
+            buf.copy_to_cpu()
+            seen.append(devices.cuda_idle(buf))
         devices.cuda_sync(buf.gpu.device)
-        devices.cuda_stall(buf)
-        buf.copy_to_cpu()
-        assert devices.cuda_idle(buf) is waits, type(buf).__name__
-        devices.cuda_sync(buf.gpu.device)
-
-
-@pytest.mark.devices("cuda")
-def test_promise_12_says_the_last_device_context_is_untested_with_one_device(tmp_path):
-    run = run_suite(tmp_path, "--device", "cuda", "--promise", "12")
-    assert run.returncode == 0, run.stdout[-4000:]
-    entry = run.result["promises"]["12"]["devices"]["cuda"]
-    assert entry["verdict"] == "passed"
-    if torch.cuda.device_count() == 1:
-        assert entry["skipped"] == 1 and "context cuda_device_last: with 1 CUDA device" in entry["reason"]
-    else:
-        assert entry["skipped"] == 0
+        assert all(seen) if waits else not all(seen), (type(buf).__name__, seen)
