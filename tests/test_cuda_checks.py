@@ -644,3 +644,15 @@ def test_a_pinned_copy_leaves_the_stall_running_and_a_pageable_one_does_not():
             seen.append(devices.cuda_idle(buf))
         devices.cuda_sync(buf.gpu.device)
         assert all(seen) if waits else not all(seen), (type(buf).__name__, seen)
+
+
+@pytest.mark.devices("cuda")
+def test_promise_12_says_the_last_device_context_is_untested_with_one_device(tmp_path):
+    run = run_suite(tmp_path, "--device", "cuda", "--promise", "12")
+    assert run.returncode == 0, run.stdout[-4000:]
+    entry = run.result["promises"]["12"]["devices"]["cuda"]
+    assert entry["verdict"] == "passed"
+    if torch.cuda.device_count() == 1:
+        assert entry["skipped"] == 1 and "context cuda_device_last: with 1 CUDA device" in entry["reason"]
+    else:
+        assert entry["skipped"] == 0
