@@ -10,6 +10,7 @@ CUDA can show carries ``@pytest.mark.devices("cuda")``.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import re
 import types
@@ -18,9 +19,9 @@ import pytest
 import result_factory as rf
 import torch
 from device_marker import missing_device
-from fake_cuda import FakeCuda, patch_torch
+from fake_cuda import REFUSED_SYNC, UNJOINED, FakeCuda, patch_torch
 from reproducer_parts import definitions, script_for
-from suite_runner import run_suite
+from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
@@ -28,14 +29,23 @@ from cpugpu_conformance.testing import contexts, helpers, plan, recording, repor
 from cpugpu_conformance.testing.checks import COPY_METHODS
 from cpugpu_conformance.testing.device_promises import (
     allow_sync,
+    capture_copy,
+    copy_joins_the_caller_stream,
     copy_lands_in_order,
-    copy_outlasting_a_stall,
-    copy_refusing_sync,
+    copy_returns_before_queued_work,
     forbid_sync,
     idle,
     stall,
 )
-from cpugpu_conformance.variants import ZeroMeansAllBuffer
+from cpugpu_conformance.testing.reproducer import Name
+from cpugpu_conformance.variants import (
+    EventWaitingBuffer,
+    ForkedStreamBuffer,
+    PageableHostBuffer,
+    PrivateStreamBuffer,
+    SynchronizingCopiesBuffer,
+    ZeroMeansAllBuffer,
+)
 
 CUDA = torch.device("cuda")
 
@@ -50,17 +60,25 @@ def as_run(request):
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """`fake_cuda(count)`: a FakeCuda in torch.cuda's place for this test."""
-    return lambda count=1: patch_torch(monkeypatch, FakeCuda(count=count))
+    """`fake_cuda(count, contexts)`: a FakeCuda in torch.cuda's place for this test."""
+    return lambda count=1, contexts=None: patch_torch(monkeypatch, FakeCuda(count=count, contexts=contexts))
 
 
-# --- sync(): the caller's current stream, on every device, never the whole device (promise 10)
+# --- sync(): the caller's current stream, on the buffer's device, never the whole device (promise 10)
 
 
-def test_sync_waits_for_the_current_stream_of_each_device_not_the_whole_device(fake_cuda, as_run):
-    cuda = fake_cuda(count=2)
+def test_sync_of_the_buffer_s_device_waits_for_its_current_stream_only(fake_cuda, as_run):
+    cuda = fake_cuda(count=3)
+    as_run(helpers.sync)(torch.device("cuda", 1))
+    assert cuda.log == [("synchronize", "default1")]  # no other device asked about, none synchronized
+
+
+def test_sync_of_the_device_type_waits_for_each_device_in_use_and_touches_no_other(fake_cuda, as_run):
+    """Synchronizing a device with no CUDA context would make one: on each GPU of a node, in every process."""
+    cuda = fake_cuda(count=3, contexts={0, 2})
     as_run(helpers.sync)(CUDA)
-    assert cuda.log == [("synchronize", "default0"), ("synchronize", "default1")]
+    assert cuda.log == [("has context?", 0), ("has context?", 1), ("has context?", 2),
+                        ("synchronize", "default0"), ("synchronize", "default2")]
 
 
 def test_sync_inside_a_stream_context_waits_for_that_stream_only(fake_cuda, as_run):
@@ -69,7 +87,23 @@ def test_sync_inside_a_stream_context_waits_for_that_stream_only(fake_cuda, as_r
     with cuda.stream(private):
         as_run(helpers.sync)(CUDA)
     assert ("synchronize", private.name) in cuda.log and ("synchronize", "default0") not in cuda.log
-    assert ("whole device synchronize",) not in cuda.log
+    assert not [entry for entry in cuda.log if entry[0] == "whole device synchronize"]
+
+
+def test_a_reproducer_that_syncs_still_runs_on_its_own(tmp_path):
+    """sync is the registry's function written into the script, which runs with torch alone."""
+    from cpugpu_conformance.testing import checks
+    from cpugpu_conformance.testing.reproducer import Record, Scenario, import_line
+
+    record = Record(import_line(CpuGpuBuffer))
+    sc = Scenario(record, "2", "cpu", factory=CpuGpuBuffer, size=(4, 3), dtype=torch.float32, pin_memory=False,
+                  with_numpy=False)
+    sc.call(Name("make"), into="buf")
+    sc.call(checks.zeroed)
+    script = record.reproducer()
+    assert "def sync(device):" in script and "cpugpu_conformance.devices" not in script
+    ran = run_script(tmp_path, script)
+    assert ran.returncode == 0 and "ok: the promise held" in ran.stdout, script + ran.stdout + ran.stderr
 
 
 # --- copies land in order on the caller's stream: the check's arithmetic, on the CPU (no stall there)
@@ -101,17 +135,18 @@ def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(cpu_with_a_n
 
 def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
     """Each under the name of the helper that stands for it (its body as it is, no import of torch in it)."""
-    functions = [copy_lands_in_order, copy_refusing_sync, copy_outlasting_a_stall, side_effects.caller_state,
-                 *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
+    functions = [copy_lands_in_order, copy_returns_before_queued_work, copy_joins_the_caller_stream,
+                 side_effects.caller_state, *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
     script = script_for("cuda", *functions)
     compile(script, "<reproducer>", "exec")
-    helper_of = {"sync": helpers.sync, "stall": stall, "idle": idle, "forbid_sync": forbid_sync,
+    helper_of = {"sync": helpers.sync, "stall": stall, "idle": idle, "capture": capture_copy, "forbid_sync": forbid_sync,
                  "allow_sync": allow_sync, "caller_state": side_effects.device_state}
     own = [(getattr(devices.CUDA, attribute), helper.__name__) for attribute, helper in helper_of.items()]
     for func, name in own + [(f, f.__name__) for f in devices.CUDA.contexts]:
         source = inspect.getsource(func).replace(f"def {func.__name__}(", f"def {name}(", 1)
         assert re.sub(r"\n\s+import torch\n", "\n", source) in script, func.__name__
     assert "import torch\n" not in script.split("import torch\n", 1)[1], "torch imported inside a function"
+    assert "\nimport gc\n" in script  # the checks that turn garbage collection off say so at the top
 
 
 # --- the side-stream creation context waits for its stream on leaving (item 5)
@@ -176,17 +211,17 @@ def test_a_passed_promise_with_a_check_that_could_not_run_says_so(tmp_path):
 CUDA_ENV = "CUDA_LAUNCH_BLOCKING"
 
 
-@pytest.mark.parametrize(("environ", "forbids", "method"), [
-    ({}, True, "forbid_sync"),
-    ({CUDA_ENV: "0"}, True, "forbid_sync"),
-    ({CUDA_ENV: ""}, True, "forbid_sync"),
-    ({}, False, "stall"),
-    ({CUDA_ENV: "1"}, True, None),
-    ({CUDA_ENV: "1"}, False, None),
+@pytest.mark.parametrize(("environ", "forbids", "method", "refuse_sync"), [
+    ({}, True, "stall", True),
+    ({CUDA_ENV: "0"}, True, "stall", True),
+    ({CUDA_ENV: ""}, True, "stall", True),
+    ({}, False, "stall", False),  # torch < 1.10: the stall alone
+    ({CUDA_ENV: "1"}, True, None, False),
+    ({CUDA_ENV: "1"}, False, None, False),
 ])
-def test_how_to_see_a_copy_block(environ, forbids, method):
+def test_how_to_see_a_copy_block(environ, forbids, method, refuse_sync):
     how = devices.non_blocking_check(devices.CUDA, environ, forbids)
-    assert how.method == method
+    assert (how.method, how.refuse_sync) == (method, refuse_sync)
     if method is None:
         assert how.reason.startswith("CUDA_LAUNCH_BLOCKING=1 makes every cuda launch and copy wait") and "cannot be seen" in how.reason
     else:
@@ -200,63 +235,255 @@ def test_a_device_with_no_way_to_see_a_copy_block_is_untested_with_why():
     assert devices.non_blocking_check(devices.CPU, {CUDA_ENV: "1"}, True).method is None  # nothing of CUDA's applies
 
 
+def test_refusing_synchronizes_alone_is_no_check():
+    """torch refuses a stream's synchronize, not the device's, an event's or a copy into pageable memory."""
+    refuses_only = dataclasses.replace(devices.CUDA, stall=None)
+    how = devices.non_blocking_check(refuses_only, {}, True)
+    assert how.method is None and "no way to queue a long job on cuda" in how.reason
+
+
 def test_this_torch_can_refuse_a_hidden_synchronize():
     assert devices.CUDA.forbids_sync() == hasattr(torch.cuda, "set_sync_debug_mode")
     assert not devices.CPU.forbids_sync()
 
 
 class _Buf:
-    """A buffer whose copy_to_gpu does what it is told, and notes the sync debug mode it ran under."""
+    """A buffer on cuda:`index` whose copy_to_gpu waits for the queued work the way it is told (None: it
+    does not), from the `waits_from`-th call on; it notes the sync debug mode and garbage collection it ran under."""
 
-    def __init__(self, cuda: FakeCuda, raises: str | None = None, blocks: bool = False, index: int = 0) -> None:
-        self.cuda, self.raises, self.blocks, self.mode_seen = cuda, raises, blocks, None
+    def __init__(self, cuda: FakeCuda, waits: str | None = None, raises: str | None = None, index: int = 0,
+                 waits_from: int = 1, waits_until: int | None = None) -> None:
+        self.cuda, self.waits, self.raises = cuda, waits, raises
+        self.waits_from, self.waits_until, self.calls = waits_from, waits_until, 0
         self.gpu = types.SimpleNamespace(device=torch.device("cuda", index))
+        self.cpu = types.SimpleNamespace(is_pinned=lambda: True)
+        self.modes_seen: list[int] = []
+        self.collecting: list[bool] = []
 
     def copy_to_gpu(self, n=None):
-        self.mode_seen = self.cuda.mode
-        if self.blocks:
-            self.cuda.idle = True  # it waited for the queued job
+        self.calls += 1
+        self.modes_seen.append(self.cuda.mode)
+        self.collecting.append(gc.isenabled())
+        self.cuda.log.append(("copy", self.calls))
         if self.raises:
             raise RuntimeError(self.raises)
+        if self.waits_from <= self.calls and (self.waits_until is None or self.calls <= self.waits_until):
+            self._wait()
+
+    def _wait(self):
+        stream = self.cuda.current_stream(self.gpu.device)
+        if self.waits == "stream":  # what a blocking copy does: torch's memcpy_and_sync
+            stream.synchronize()
+        elif self.waits == "device":
+            self.cuda.synchronize()
+        elif self.waits == "event":
+            done = self.cuda.Event()
+            done.record()
+            done.synchronize()
+        elif self.waits == "pageable":
+            self.cuda.driver_waits(stream)
 
 
-def _run_refusing_sync(as_run, buf: _Buf) -> None:
-    as_run(copy_refusing_sync)(buf, "copy_to_gpu", None, CUDA, devices.CUDA.sync_refusal)
+def _non_blocking(as_run, buf, refuse: bool = True) -> None:
+    as_run(copy_returns_before_queued_work)(buf, "copy_to_gpu", None, CUDA, devices.CUDA.sync_refusal if refuse else None)
 
 
-def test_a_copy_that_does_not_synchronize_passes_and_the_mode_is_put_back(fake_cuda, as_run):
+def _sleeps(cuda: FakeCuda) -> list[tuple]:
+    return [entry for entry in cuda.log if entry[0] == "sleep"]
+
+
+def test_a_copy_that_does_not_wait_passes_at_the_first_try_and_the_caller_s_state_is_put_back(fake_cuda, as_run):
     cuda = fake_cuda()
     cuda.mode = 1  # whatever the caller had
     buf = _Buf(cuda)
-    _run_refusing_sync(as_run, buf)
-    assert buf.mode_seen == 2 and cuda.mode == 1
+    _non_blocking(as_run, buf)
+    assert cuda.mode == 1 and gc.isenabled()
+    assert buf.modes_seen == [1, 2] and buf.collecting == [True, False]  # the warm-up, then the copy checked
+    copies_and_sleeps = [entry for entry in cuda.log if entry[0] in ("copy", "sleep")]
+    assert copies_and_sleeps == [("copy", 1), ("sleep", 0, 1 << 25), ("copy", 2)]  # warmed up before the stall
 
 
-def test_a_hidden_synchronize_fails_the_check_and_the_mode_is_put_back(fake_cuda, as_run):
+@pytest.mark.parametrize("waits", ["device", "event", "pageable", "stream"])
+@pytest.mark.parametrize("refuse", [True, False])
+def test_a_copy_that_waits_for_the_queued_work_fails_whatever_way_it_waits(fake_cuda, as_run, waits, refuse):
     cuda = fake_cuda()
-    with pytest.raises(AssertionError, match=r"copy_to_gpu\(None\) synchronized with the device \(called a synchronizing CUDA"):
-        _run_refusing_sync(as_run, _Buf(cuda, raises="called a synchronizing CUDA operation"))
-    assert cuda.mode == 0
+    refused = waits == "stream" and refuse  # the one way torch refuses: the second signal names it
+    expected = (rf"copy_to_gpu\(None\) synchronized with the device \({REFUSED_SYNC}\)" if refused else
+                r"copy_to_gpu\(None\) returned only once the work queued before it on the caller's stream was done "
+                r"\(3 times out of 3\)")
+    with pytest.raises(AssertionError, match=expected):
+        _non_blocking(as_run, _Buf(cuda, waits=waits), refuse)
+    assert len(_sleeps(cuda)) == (1 if refused else 3)
+    assert cuda.mode == 0 and gc.isenabled()
 
 
-def test_another_error_of_the_copy_is_its_own_and_the_mode_is_put_back(fake_cuda, as_run):
+def test_a_copy_that_waits_only_on_its_first_call_passes(fake_cuda, as_run):
+    """The first call may wait (CUDA loads a kernel when first used): it is made before any stall."""
+    cuda = fake_cuda()
+    _non_blocking(as_run, _Buf(cuda, waits="pageable", waits_until=1))
+    assert len(_sleeps(cuda)) == 1
+
+
+def test_a_copy_found_done_on_two_tries_and_running_on_the_third_passes(fake_cuda, as_run):
+    """A held-up host finds the job done whatever the copy did: only three tries out of three fail it."""
+    cuda = fake_cuda()
+    _non_blocking(as_run, _Buf(cuda, waits="device", waits_until=3))
+    assert len(_sleeps(cuda)) == 3
+
+
+def test_another_error_of_the_copy_is_its_own_and_the_caller_s_state_is_put_back(fake_cuda, as_run):
     cuda = fake_cuda()
     with pytest.raises(RuntimeError, match="^out of memory$"):
-        _run_refusing_sync(as_run, _Buf(cuda, raises="out of memory"))
+        _non_blocking(as_run, _Buf(cuda, raises="out of memory"))
+    assert cuda.mode == 0 and gc.isenabled()
+
+
+def test_the_stall_is_queued_on_the_buffer_s_own_device(fake_cuda, as_run):
+    cuda = fake_cuda(count=2)
+    _non_blocking(as_run, _Buf(cuda, index=1))
+    assert _sleeps(cuda) == [("sleep", 1, 1 << 25)]
+    assert ("synchronize", "default1") in cuda.log and ("synchronize", "default0") not in cuda.log
+
+
+class OnFakeCuda:
+    """A real buffer made on the CPU, as the checks see one on cuda:0: its copies run as they are, and
+    each torch.cuda call they make goes to the fake. Its host tensor is taken as pinned (`pinned`)."""
+
+    def __init__(self, buf, pinned: bool = True) -> None:
+        self.buf = buf
+        self.gpu = types.SimpleNamespace(device=torch.device("cuda", 0))
+        self.cpu = types.SimpleNamespace(is_pinned=lambda: pinned)
+
+    def copy_to_gpu(self, n=None):
+        return self.buf.copy_to_gpu(n)
+
+    def copy_to_cpu(self, n=None):
+        return self.buf.copy_to_cpu(n)
+
+
+def _made(Buffer, cuda: FakeCuda | None = None, pin_memory: bool = False):
+    """Buffer on the CPU, with its CUDA path switched on where it has one (a stream of the fake's, or its waits)."""
+    buf = Buffer(4, 3, dtype=torch.float32, device=torch.device("cpu"), pin_memory=pin_memory, with_numpy=False)
+    if cuda is not None and isinstance(buf, PrivateStreamBuffer):
+        buf._stream = cuda.Stream()
+    if cuda is not None and hasattr(buf, "_on_cuda"):
+        buf._on_cuda = True
+    return buf
+
+
+@pytest.mark.parametrize("Buffer", [SynchronizingCopiesBuffer, EventWaitingBuffer])
+@pytest.mark.parametrize("method", COPY_METHODS)
+def test_the_variants_that_wait_after_each_copy_fail_the_non_blocking_check(fake_cuda, as_run, Buffer, method):
+    cuda = fake_cuda()
+    with pytest.raises(AssertionError, match=rf"{method}\(1\) returned only once the work queued before it"):
+        as_run(copy_returns_before_queued_work)(OnFakeCuda(_made(Buffer, cuda)), method, 1, CUDA, REFUSED_SYNC)
     assert cuda.mode == 0
 
 
-@pytest.mark.parametrize("blocks", [False, True])
-def test_the_timing_fallback_fails_a_copy_that_waited_for_the_queued_job(fake_cuda, as_run, blocks):
-    cuda = fake_cuda(count=2)
-    buf = _Buf(cuda, blocks=blocks, index=1)
-    check = as_run(copy_outlasting_a_stall)
-    if blocks:
-        with pytest.raises(AssertionError, match=r"waited for the device's queued work"):
-            check(buf, "copy_to_gpu", None, CUDA)
-    else:
-        check(buf, "copy_to_gpu", None, CUDA)
-    assert ("sleep", 1, 1 << 25) in cuda.log  # on the buffer's own device
+@pytest.mark.parametrize("Buffer", [CpuGpuBuffer, PrivateStreamBuffer, ForkedStreamBuffer])
+@pytest.mark.parametrize("method", COPY_METHODS)
+def test_copies_that_do_not_wait_pass_the_non_blocking_check(fake_cuda, as_run, Buffer, method):
+    cuda = fake_cuda()
+    as_run(copy_returns_before_queued_work)(OnFakeCuda(_made(Buffer, cuda)), method, 1, CUDA, REFUSED_SYNC)
+    assert len(_sleeps(cuda)) == 1
+
+
+def test_the_pageable_variant_never_pins_its_host_tensor():
+    """On CUDA its copy_to_cpu is a copy into pageable memory, which CUDA makes wait (the fake's driver_waits)."""
+    buf = PageableHostBuffer(4, dtype=torch.uint8, device=torch.device("cpu"), pin_memory=True, with_numpy=False)
+    assert not buf.cpu.is_pinned()
+
+
+# --- a fork of the caller's stream must be joined back: a CUDA graph capture refuses one that is not (item 2)
+
+
+class JoinedForkBuffer(PrivateStreamBuffer):
+    """Correct: copies on a stream of its own that waits for the caller's, and that the caller's waits for."""
+
+    def _copy(self, copy, n):
+        if self._stream is None:
+            return copy(n)
+        caller = torch.cuda.current_stream(self.gpu.device)
+        self._stream.wait_stream(caller)
+        with torch.cuda.stream(self._stream):
+            out = copy(n)
+        caller.wait_stream(self._stream)
+        return out
+
+    def copy_to_gpu(self, n=None):
+        return self._copy(super().copy_to_gpu, n)
+
+    def copy_to_cpu(self, n=None):
+        return self._copy(super().copy_to_cpu, n)
+
+
+def _joins(as_run, buf, method="copy_to_gpu", n=2) -> None:
+    as_run(copy_joins_the_caller_stream)(buf, method, n)
+
+
+@pytest.mark.parametrize("method", COPY_METHODS)
+def test_a_fork_not_joined_back_fails_the_capture_every_time(fake_cuda, as_run, method):
+    cuda = fake_cuda()
+    with pytest.raises(AssertionError, match=rf"buf.{method}\(2\) left work on a stream forked from the caller's "
+                                             rf"current stream that the caller's never waits for \({UNJOINED}\)"):
+        _joins(as_run, OnFakeCuda(_made(ForkedStreamBuffer, cuda)), method)
+    assert cuda.capture is None and gc.isenabled()  # the capture is over, whatever it found
+    begun = next(entry for entry in cuda.log if entry[0] == "capture_begin")
+    assert begun[1].startswith("side") and begun[2] == "relaxed"  # on a stream of its own, not the caller's
+
+
+@pytest.mark.parametrize("Buffer", [CpuGpuBuffer, JoinedForkBuffer, PrivateStreamBuffer])
+def test_a_copy_whose_work_the_caller_s_stream_waits_for_passes_the_capture(fake_cuda, as_run, Buffer):
+    """The reference; a fork joined back; and a stream that never waits for the caller's (not in the capture at
+    all: the in-order check catches that one, by its stall)."""
+    cuda = fake_cuda()
+    _joins(as_run, OnFakeCuda(_made(Buffer, cuda)))
+    assert [entry[0] for entry in cuda.log if entry[0].startswith("capture")] == ["capture_begin", "capture_end"]
+    assert ("synchronize", "default0") in cuda.log and gc.isenabled()
+
+
+def test_garbage_collection_is_off_during_the_capture(fake_cuda, as_run):
+    cuda = fake_cuda()
+    buf = _Buf(cuda)
+    _joins(as_run, buf)
+    assert buf.collecting == [False] and gc.isenabled()
+
+
+def test_a_copy_of_pageable_memory_is_not_captured(fake_cuda, as_run):
+    """torch refuses to capture it; an unpinned host tensor fails promise 10 where pin_memory=True asked for one."""
+    cuda = fake_cuda()
+    _joins(as_run, OnFakeCuda(_made(ForkedStreamBuffer, cuda), pinned=False))
+    assert not [entry for entry in cuda.log if entry[0].startswith("capture")]
+
+
+def test_a_copy_that_raises_under_capture_raises_and_the_capture_is_over(fake_cuda, as_run):
+    cuda = fake_cuda()
+    with pytest.raises(RuntimeError, match="^not capturable$"):
+        _joins(as_run, _Buf(cuda, raises="not capturable"))
+    assert cuda.capture is None and gc.isenabled()
+    assert [entry[0] for entry in cuda.log if entry[0].startswith("capture")] == ["capture_begin", "capture_end"]
+
+
+def test_on_torch_2_0_the_capture_is_in_global_mode(fake_cuda, as_run, monkeypatch):
+    """torch 2.0's capture_begin has no capture_error_mode: the capture still runs, in CUDA's default mode."""
+    cuda = fake_cuda()
+
+    class Torch20Graph(type(cuda.CUDAGraph())):
+        def capture_begin(self, pool=None):
+            super().capture_begin(pool)
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: Torch20Graph(cuda))
+    with pytest.raises(AssertionError, match=UNJOINED):
+        _joins(as_run, OnFakeCuda(_made(ForkedStreamBuffer, cuda)))
+    assert ("capture_begin", "side2", "global") in cuda.log
+
+
+def test_another_refusal_of_the_capture_is_not_taken_for_a_fork(fake_cuda, as_run):
+    """A copy that synchronizes the capturing stream: CUDA's error is the copy's own, not an unjoined fork."""
+    cuda = fake_cuda()
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+        _joins(as_run, _Buf(cuda, waits="stream"))
+    assert cuda.capture is None
 
 
 # --- promise 11 is not applicable beside an accelerator (item 4)
@@ -375,12 +602,48 @@ def test_with_launches_made_synchronous_the_non_blocking_check_is_untested(tmp_p
 
 
 @pytest.mark.devices("cuda")
-def test_the_non_blocking_check_runs_by_refusing_synchronizes_on_this_torch(tmp_path, monkeypatch):
+def test_the_non_blocking_check_runs_with_a_stall_and_refused_synchronizes_on_this_torch(tmp_path, monkeypatch):
     monkeypatch.delenv(CUDA_ENV, raising=False)
+    assert devices.non_blocking_check(devices.CUDA, {}, devices.CUDA.forbids_sync()) == devices.NonBlockingCheck(
+        "stall", refuse_sync=True)
     run = run_suite(tmp_path, "--device", "cuda", "--promise", "10")
     assert run.returncode == 0, run.stdout[-4000:]
     entry = run.result["promises"]["10"]["devices"]["cuda"]
     assert entry["verdict"] == "passed" and entry["skipped"] == 0 and "reason" not in entry
+
+
+@pytest.mark.devices("cuda")
+def test_cuda_refuses_a_fork_left_unjoined_and_every_stream_stays_usable():
+    """What the capture check rests on: CUDA's message, and a failed capture that leaves nothing capturing."""
+    made = dict(dtype=torch.uint8, device=torch.device("cuda"), pin_memory=True, with_numpy=False)
+    forked = ForkedStreamBuffer(1 << 16, **made)
+    refused = devices.cuda_capture(forked, lambda: forked.copy_to_gpu())
+    assert refused is not None and "not joined" in refused
+    assert not torch.cuda.is_current_stream_capturing()
+    forked.cpu.fill_(7)
+    forked.copy_to_gpu()  # eager again, on the stream that was forked
+    forked._stream.synchronize()
+    assert (forked.gpu == 7).all()
+    reference = CpuGpuBuffer(1 << 16, **made)
+    for method in COPY_METHODS:
+        assert devices.cuda_capture(reference, getattr(reference, method)) is None
+
+
+@pytest.mark.devices("cuda")
+def test_a_pinned_copy_leaves_the_stall_running_and_a_pageable_one_does_not():
+    """What the non-blocking check rests on, on this GPU: the stall outlasts queuing a pinned copy (in one of
+    three tries, as the check asks), and a copy into pageable memory waits for it (every time)."""
+    made = dict(dtype=torch.uint8, device=torch.device("cuda"), pin_memory=True, with_numpy=False)
+    for buf, waits in ((CpuGpuBuffer(1 << 20, **made), False), (PageableHostBuffer(1 << 20, **made), True)):
+        buf.copy_to_cpu()
+        seen = []
+        for _ in range(3):
+            devices.cuda_sync(buf.gpu.device)
+            devices.cuda_stall(buf)
+            buf.copy_to_cpu()
+            seen.append(devices.cuda_idle(buf))
+        devices.cuda_sync(buf.gpu.device)
+        assert all(seen) if waits else not all(seen), (type(buf).__name__, seen)
 
 
 @pytest.mark.devices("cuda")

@@ -23,14 +23,18 @@ from cpugpu_conformance import devices, promises
 from cpugpu_conformance.reference import CpuGpuBuffer
 from cpugpu_conformance.testing import checks, contexts, helpers, mutability, stateful
 from cpugpu_conformance.testing.base import BufferTests
-from cpugpu_conformance.testing.device_promises import copy_lands_in_order, copy_outlasting_a_stall, copy_refusing_sync
+from cpugpu_conformance.testing.device_promises import (
+    copy_joins_the_caller_stream,
+    copy_lands_in_order,
+    copy_returns_before_queued_work,
+)
 from cpugpu_conformance.testing.reproducer import Name, Record, Scenario, import_line, literal
 
 OK = "ok: the promise held"
 REFERENCE = import_line(CpuGpuBuffer)
 # Promise 10 (the functions that stall a stream or refuse a synchronize) applies only where the
 # registry has a way to do so: CUDA (promises.APPLIES_TO).
-PROMISE_10 = {copy_lands_in_order, copy_refusing_sync, copy_outlasting_a_stall}
+PROMISE_10 = {copy_lands_in_order, copy_returns_before_queued_work, copy_joins_the_caller_stream}
 
 
 def scenario(device: str = "cpu", impl_import: str = REFERENCE, **values) -> tuple[Record, Scenario]:

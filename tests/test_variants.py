@@ -9,7 +9,7 @@ from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies, not_applicable
-from cpugpu_conformance.variants import VARIANTS, PreFixCpuGpuBuffer
+from cpugpu_conformance.variants import NOT_BLOCKING, VARIANTS, PreFixCpuGpuBuffer
 
 # Promises no broken class can break on a device, and why.
 UNBREAKABLE = {("4", "cuda"): "a host tensor and a CUDA tensor cannot share one storage"}
@@ -32,6 +32,21 @@ def test_every_variant_says_where_it_fails_and_where_it_passes():
     where = {v.name: (v.fails_on, v.passes_on) for v in VARIANTS}
     assert where["SharedStorageBuffer"] == (("cpu",), ("cuda",))
     assert where["PrivateStreamBuffer"] == (("cuda",), ("cpu",)) and VARIANTS[-1].promise == "10"
+    # Promise 10's ways to break on CUDA only: each passes on the CPU, where its bug cannot happen.
+    for name in ("ForkedStreamBuffer", "SynchronizingCopiesBuffer", "EventWaitingBuffer", "PageableHostBuffer"):
+        assert where[name] == (("cuda",), ("cpu",)), name
+        assert next(v for v in VARIANTS if v.name == name).caught_by[0] == NOT_BLOCKING, name
+
+
+def test_a_test_named_to_catch_a_variant_is_a_test_of_its_promise():
+    """caught_by starts with the name of a test of the variant's promise: the device tests, promise 10."""
+    from cpugpu_conformance import promises
+    from cpugpu_conformance.testing.device_promises import DeviceTests
+
+    named = [v for v in VARIANTS if v.caught_by]
+    assert len(named) == 4
+    for v in named:
+        assert v.caught_by[0] in vars(DeviceTests) and v.promise == promises.CUDA_SPECIFICS, v.name
 
 
 def _on_each_device(passing: bool):
@@ -53,7 +68,11 @@ def test_suite_rejects_variant(variant, device, tmp_path):
         f"{variant.name} breaks promise {variant.promise} ({PROMISES[variant.promise]}) on {device}, "
         f"but the suite says {run.verdict(variant.promise, device)}"
     )
-    failure = run.failures(variant.promise, device)[0]
+    failures = run.failures(variant.promise, device)
+    # The test that catches it every time, where others may fail too (by chance, or for another reason).
+    caught = [f for f in failures if all(word in f["test"] for word in variant.caught_by)]
+    assert caught, f"{variant.name}: no failing test is named with {variant.caught_by}: {[f['test'] for f in failures]}"
+    failure = caught[0]
     assert failure["reproducer"], f"no reproducer for {failure['test']}"
     assert "Reproducer" in run.stdout, "the terminal report does not show the reproducer"
 

@@ -46,16 +46,26 @@ class Device:
     # (testing/reproducer.py): each imports torch in its body, as this module imports it lazily.
     # sync(device): wait until queued work (non-blocking copies) has landed. It waits for the
     # caller's current stream only, as the contract says (promise 10), never for the whole device:
-    # a copy queued on a stream the caller does not wait for must be caught.
+    # a copy queued on a stream the caller does not wait for must be caught. `device` is the
+    # buffer's (buf.gpu.device, with its index) or the device type the suite was asked for (no
+    # index): then every device of that type already in use, and no other (a GPU untouched so far
+    # stays untouched).
     sync: Callable[[Any], None] = nothing_queued
     # stall(buf): queue a long job on the current stream of buf's device; idle(buf): True once every
     # job queued there is done. Work queued behind the job must land in order (promise 10), and a
-    # copy that returns while the job still runs did not block (the fallback). None: no such thing.
+    # copy that returns while the job still runs did not wait for it: the evidence that a copy does
+    # not block, whatever way of waiting it hides. None: no such thing (whether a copy blocks cannot
+    # be seen there).
     stall: Callable[[Any], None] | None = None
     idle: Callable[[Any], bool] | None = None
+    # capture(buf, copying) -> None, or what the device said: run copying() while the caller's current stream
+    # on buf's device is recorded rather than run, and report work the copy left on another stream
+    # that the caller's never waits for (promise 10, deterministic where timing is not). None: no such
+    # thing.
+    capture: Callable[[Any, Callable[[], Any]], str | None] | None = None
     # forbid_sync(device) -> previous: from now a synchronize hidden in a call raises an exception whose
-    # message holds `sync_refusal` (promise 10, deterministic); allow_sync(device, previous) undoes it.
-    # `forbids_sync` says whether this torch can.
+    # message holds `sync_refusal` (promise 10, a second signal: torch refuses only some of the ways to
+    # wait); allow_sync(device, previous) undoes it. `forbids_sync` says whether this torch can.
     forbid_sync: Callable[[Any], Any] | None = None
     allow_sync: Callable[[Any, Any], None] | None = None
     sync_refusal: str = ""
@@ -118,16 +128,24 @@ def _cuda_forbids_sync() -> bool:
 
 
 def cuda_sync(device):
-    """The caller's current stream on every device (a buffer may live on any of them), not
-    torch.cuda.synchronize(), which waits for every stream and hides a copy on a private one."""
+    """The caller's current stream on the buffer's device (`device`'s own index), or, for a device with
+    no index, on every CUDA device that already has a context (the buffer's has one: its memory is
+    there). Never torch.cuda.synchronize(), which waits for every stream and hides a copy on a private
+    one; never a device with no context, which synchronizing would create, on each GPU of a node, in
+    every process."""
     import torch
 
-    for index in range(torch.cuda.device_count()):
+    if device.index is not None:
+        indices = [device.index]
+    else:  # asks the driver, creating nothing
+        indices = [i for i in range(torch.cuda.device_count()) if torch._C._cuda_hasPrimaryContext(i)]
+    for index in indices:
         torch.cuda.current_stream(index).synchronize()
 
 
 def cuda_stall(buf):
-    """About 17 ms of GPU time at 2 GHz: thousands of times what the host takes to queue what follows."""
+    """A spin of 2**25 GPU clock cycles (about 17 ms at 2 GHz): counted in the GPU's own cycles, so it
+    shortens only as clocks rise, and stays thousands of times what the host takes to queue a copy."""
     import torch
 
     with torch.cuda.device(buf.gpu.device):
@@ -139,6 +157,46 @@ def cuda_idle(buf):
     import torch
 
     return torch.cuda.current_stream(buf.gpu.device).query()
+
+
+def cuda_capture(buf, copying):
+    """Run copying() while the current stream of buf's device is captured into a CUDA graph (recorded, never
+    replayed); return CUDA's refusal of a fork the copy left unjoined, or None.
+
+    A stream made to wait for the capturing one (wait_stream, wait_event) joins the capture, and CUDA
+    refuses to end a capture whose forks are not joined back to it (cudaErrorStreamCaptureUnjoined):
+    every time, where the in-order check's timing lets such a copy land in time. Capturing runs nothing,
+    and a copy between pinned memory and the device is capturable (the reference's: one cudaMemcpyAsync);
+    a copy from pageable memory is not (torch refuses it), so the caller captures pinned buffers only.
+    The capture is on a stream of its own, in relaxed mode where torch has it (2.1 on): other calls of
+    the process are not refused. A copy that raises is ended out of capture, and its error is the one."""
+    import warnings
+
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.device(buf.gpu.device), torch.cuda.stream(torch.cuda.Stream(buf.gpu.device)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a copy of nothing makes an empty graph, and torch warns of it
+            try:
+                graph.capture_begin(capture_error_mode="relaxed")
+            except TypeError:  # torch 2.0: global mode only
+                graph.capture_begin()
+            try:
+                copying()
+            except BaseException:
+                try:
+                    graph.capture_end()  # leaves capture mode: the stream stays usable
+                except RuntimeError:
+                    pass
+                raise
+            try:
+                graph.capture_end()
+            except RuntimeError as exc:
+                if "not joined" not in str(exc) and "unjoined" not in str(exc).lower():
+                    raise
+                return str(exc).strip().splitlines()[0]
+    return None
 
 
 def cuda_forbid_sync(device):
@@ -203,6 +261,7 @@ CUDA = Device(
     sync=cuda_sync,
     stall=cuda_stall,
     idle=cuda_idle,
+    capture=cuda_capture,
     forbid_sync=cuda_forbid_sync,
     allow_sync=cuda_allow_sync,
     sync_refusal="called a synchronizing",  # torch: "called a synchronizing CUDA operation"
@@ -255,7 +314,12 @@ def accelerators_in(environment: Mapping[str, Any]) -> tuple[str, ...]:
 class NonBlockingCheck:
     """How to see whether a copy from pinned memory blocks the host (promise 10), or why it cannot be seen."""
 
-    method: str | None  # "forbid_sync" (deterministic), "stall" (timing: the fallback); None: untestable
+    # "stall": with a long job queued ahead on the caller's stream, the copy returns while the job still
+    # runs (a copy that waited, by whatever means, finds it done); None: untestable, `reason` says why.
+    method: str | None
+    # Also, during the copy a synchronize this torch can refuse is refused: a second signal, which names
+    # the call; torch refuses only some synchronizing calls, so it is never the only evidence.
+    refuse_sync: bool = False
     reason: str | None = None
 
 
@@ -266,17 +330,18 @@ def _switched_on(value: str | None) -> bool:
 def non_blocking_check(device: Device, environ: Mapping[str, str], forbids_sync: bool) -> NonBlockingCheck:
     """The method for `device` (``forbids_sync``: this torch can turn a hidden synchronize into an
     exception, device.forbids_sync()). With launches made synchronous by the environment, a copy
-    waits whatever the class does: the check is untested then, never passed."""
+    waits whatever the class does: the check is untested then, never passed. Refusing synchronizes
+    alone is no check: torch does not refuse a device synchronize, an event's, or a copy into
+    pageable memory."""
     var = device.launch_blocking_env
     if var and _switched_on(environ.get(var)):
-        return NonBlockingCheck(None, f"{var}={environ[var]} makes every {device.name} launch and copy wait for the "
-                                      "work queued before it: whether the copies block cannot be seen (run without it)")
-    if device.forbid_sync is not None and forbids_sync:
-        return NonBlockingCheck("forbid_sync")
+        return NonBlockingCheck(None, reason=f"{var}={environ[var]} makes every {device.name} launch and copy wait "
+                                             "for the work queued before it: whether the copies block cannot be seen "
+                                             "(run without it)")
     if device.stall is not None and device.idle is not None:
-        return NonBlockingCheck("stall")
-    return NonBlockingCheck(None, f"this torch cannot refuse a synchronize on {device.name}, and the registry has no "
-                                  "way to queue a long job there: whether the copies block cannot be seen")
+        return NonBlockingCheck("stall", refuse_sync=device.forbid_sync is not None and forbids_sync)
+    return NonBlockingCheck(None, reason=f"the registry has no way to queue a long job on {device.name}: whether the "
+                                         "copies block cannot be seen")
 
 
 def environment() -> dict[str, Any]:

@@ -244,6 +244,72 @@ class PrivateStreamBuffer(CpuGpuBuffer):
             return super().copy_to_cpu(n)
 
 
+class ForkedStreamBuffer(PrivateStreamBuffer):
+    """On CUDA, copies on a stream of its own that first waits for the caller's current stream
+    (wait_stream), but that the caller's stream never waits for: the copy lands after the caller's
+    work, yet nothing makes it land before the caller's stream is synchronized. Timing almost never
+    sees it (the copy starts as the caller's work ends and lands before the host reads); a CUDA graph
+    capture refuses the fork left unjoined every time. Off CUDA it is the reference."""
+
+    def _own_stream(self):
+        if self._stream is not None:
+            self._stream.wait_stream(torch.cuda.current_stream(self.gpu.device))
+        return super()._own_stream()
+
+
+class _WaitsAfterEachCopy(CpuGpuBuffer):
+    """The reference, then, on CUDA, self._wait() after each copy."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self._on_cuda = self.gpu.device.type == "cuda"
+
+    def _wait(self):
+        raise NotImplementedError
+
+    def copy_to_gpu(self, n=None):
+        out = super().copy_to_gpu(n)
+        if self._on_cuda:
+            self._wait()
+        return out
+
+    def copy_to_cpu(self, n=None):
+        out = super().copy_to_cpu(n)
+        if self._on_cuda:
+            self._wait()
+        return out
+
+
+class SynchronizingCopiesBuffer(_WaitsAfterEachCopy):
+    """On CUDA, ends each copy with torch.cuda.synchronize(): the data is there when the copy returns,
+    but the host waited for every job queued before it (cudaDeviceSynchronize, which torch's sync
+    debug mode does not refuse). Off CUDA it is the reference."""
+
+    def _wait(self):
+        torch.cuda.synchronize(self.gpu.device)
+
+
+class EventWaitingBuffer(_WaitsAfterEachCopy):
+    """On CUDA, ends each copy by recording an event on the current stream and waiting for it
+    (Event.synchronize(), which torch's sync debug mode does not refuse): the host waited for every
+    job queued before the copy. Off CUDA it is the reference."""
+
+    def _wait(self):
+        done = torch.cuda.Event()
+        done.record()
+        done.synchronize()
+
+
+class PageableHostBuffer(CpuGpuBuffer):
+    """Ignores pin_memory: the host tensor is never pinned. On CUDA, pin_memory=True does not yield a
+    pinned tensor, and copy_to_cpu is a copy into pageable memory, which CUDA makes wait for the work
+    queued before it with no synchronize torch could refuse. Off CUDA pinning does not apply (promise
+    11 records either outcome)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=False, with_numpy=with_numpy)
+
+
 @dataclass(frozen=True)
 class Variant:
     """A broken class, and where it breaks: on every device of ``fails_on`` the suite must fail it
@@ -255,6 +321,9 @@ class Variant:
     promise: str  # the CONTRACT.md promise it breaks
     fails_on: tuple[str, ...] = DEVICES
     passes_on: tuple[str, ...] = ()
+    # Words of the test name (node id) that must fail, where other tests of the promise may fail as well,
+    # or only by chance: the test that catches it every time, whose reproducer fails on its own. (): any.
+    caught_by: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -314,10 +383,24 @@ class ReallocatingBuffer(CpuGpuBuffer):
 _ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
     PrivateStreamBuffer: (("cuda",), ("cpu",)),  # a CUDA stream of its own; the CPU has no streams
+    ForkedStreamBuffer: (("cuda",), ("cpu",)),
+    SynchronizingCopiesBuffer: (("cuda",), ("cpu",)),  # it waits for the device on CUDA only
+    EventWaitingBuffer: (("cuda",), ("cpu",)),
+    PageableHostBuffer: (("cuda",), ("cpu",)),  # pinning applies to CUDA only
+}
+
+# The test that catches a variant every time, where another may catch it by chance (timing) or
+# for another reason: the non-blocking test, which also captures the copies into a CUDA graph.
+NOT_BLOCKING = "test_copies_with_pinned_memory_do_not_block_the_host"
+_CAUGHT_BY: dict[type, tuple[str, ...]] = {
+    ForkedStreamBuffer: (NOT_BLOCKING,),  # the in-order check sees it only when the host wins a race
+    SynchronizingCopiesBuffer: (NOT_BLOCKING,),
+    EventWaitingBuffer: (NOT_BLOCKING,),
+    PageableHostBuffer: (NOT_BLOCKING, "copy_to_cpu"),  # the in-order test fails it too: not pinned
 }
 
 VARIANTS: tuple[Variant, ...] = tuple(
-    Variant(cls.__name__, cls, promise, *_ONLY_ON.get(cls, (DEVICES, ())))
+    Variant(cls.__name__, cls, promise, *_ONLY_ON.get(cls, (DEVICES, ())), caught_by=_CAUGHT_BY.get(cls, ()))
     for cls, promise in (
         (PreFixCpuGpuBuffer, "3"),
         (HalfFixedCpuGpuBuffer, "3"),
@@ -337,5 +420,9 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (GradLeakingBuffer, "12"),
         (PooledBuffer, "13"),
         (PrivateStreamBuffer, "10"),
+        (ForkedStreamBuffer, "10"),
+        (SynchronizingCopiesBuffer, "10"),
+        (EventWaitingBuffer, "10"),
+        (PageableHostBuffer, "10"),
     )
 )

@@ -3,12 +3,14 @@
 Each runs only where its promise applies (promises.not_applicable: promise 10 on CUDA,
 promise 11 on the CPU of a machine with no accelerator): elsewhere it is deselected, so the
 result says "not applicable", never "skipped". How to synchronize a device (sync(): the
-caller's current stream), queue a long job there, or refuse a hidden synchronize come from
-the registry, devices.py; a check the machine cannot make is skipped with the reason.
+caller's current stream), queue a long job there, capture work without running it, or refuse a
+hidden synchronize come from the registry, devices.py; a check the machine cannot make is
+skipped with the reason.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -38,6 +40,13 @@ def idle(buf):
     return devices.get(buf.gpu.device.type).idle(buf)
 
 
+@per_device("capture")
+def capture_copy(buf, copying):
+    """Run copying() while the caller's stream on buf's device is recorded, not run; what the device said of
+    work left on a stream the caller's never waits for, or None (devices.py)."""
+    return devices.get(buf.gpu.device.type).capture(buf, copying)
+
+
 @per_device("forbid_sync")
 def forbid_sync(device):
     """From now a synchronize hidden in a call raises; returns what allow_sync puts back (devices.py)."""
@@ -58,16 +67,18 @@ def copy_lands_in_order(buf, method, n, device):
     """Work queued on the caller's current stream before a copy lands before it, and the copy has
     landed once that stream is synchronized. The work (a copy of `queued` into buf.gpu) waits
     behind a long job, so a copy made on a stream the caller's does not wait for lands first,
-    and is caught every time."""
+    and is caught every time. A copy on a stream that waits for the caller's but that the caller's
+    never waits for lands after the work, and almost always before the host reads: timing cannot
+    catch it, copy_joins_the_caller_stream does."""
     fill_bytes(buf.cpu, seed=1)
     queued = torch.empty_like(buf.gpu)
     fill_bytes(queued, seed=2)
-    sync(device)
+    sync(buf.gpu.device)
     host_before = raw(buf.cpu)
     stall(buf)
     buf.gpu.copy_(queued)  # on the caller's stream, behind the long job; element-wise, so any layout
     getattr(buf, method)(n)
-    sync(device)
+    sync(buf.gpu.device)
     if method == "copy_to_gpu":
         expected, got = raw(queued), raw(buf.gpu)
         expected[:n] = host_before[:n]
@@ -80,32 +91,67 @@ def copy_lands_in_order(buf, method, n, device):
     )
 
 
-def copy_refusing_sync(buf, method, n, device, sync_refusal):
-    """The copy runs with synchronizing forbidden: a hidden wait for queued work raises, deterministically."""
-    sync(device)
-    previous = forbid_sync(device)
-    try:
-        getattr(buf, method)(n)
-    except RuntimeError as exc:
-        if sync_refusal not in str(exc):
-            raise
-        raise AssertionError(f"buf.{method}({n!r}) synchronized with the device ({exc}): from pinned memory "
-                             "it must not wait for the work queued before it") from None
-    finally:
-        allow_sync(device, previous)
-    sync(device)
-
-
-def copy_outlasting_a_stall(buf, method, n, device):
-    """The fallback, by timing: with a long job queued ahead, the copy returns while the job still runs."""
-    sync(device)
-    stall(buf)  # a long job queued on the stream, ahead of the copy
+def copy_returns_before_queued_work(buf, method, n, device, sync_refusal, tries=3):
+    """From pinned memory the copy returns without waiting for the work queued before it. The evidence:
+    with a long job queued on the caller's stream, the copy returns while the job still runs. A copy
+    that waits, by any means (a stream, event or device synchronize, a copy into pageable memory),
+    finds the job done every time; one that does not finds it running unless the host was held up
+    longer than the job takes, so it fails only when all `tries` find the job done (garbage collection,
+    the host's longest pause, is off meanwhile). The copy is made once first: nothing a first call
+    does (CUDA loads a kernel when first used, and loading may wait for the device) happens behind the
+    job. With `sync_refusal` (this torch can refuse a synchronize), a refused one fails at once, naming
+    the call."""
     getattr(buf, method)(n)
-    still_busy = not idle(buf)
-    sync(device)
-    assert still_busy, (
-        f"buf.{method}(n) waited for the device's queued work: from pinned memory it must not block the host"
+    sync(buf.gpu.device)
+    for _ in range(tries):
+        previous = forbid_sync(device) if sync_refusal else None
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            stall(buf)  # a long job queued on the caller's stream, ahead of the copy
+            try:
+                getattr(buf, method)(n)
+            except RuntimeError as exc:
+                if not sync_refusal or sync_refusal not in str(exc):
+                    raise
+                raise AssertionError(f"buf.{method}({n!r}) synchronized with the device ({exc}): from pinned "
+                                     "memory it must not wait for the work queued before it") from None
+            still_running = not idle(buf)
+        finally:
+            if collecting:
+                gc.enable()
+            if sync_refusal:
+                allow_sync(device, previous)
+        sync(buf.gpu.device)
+        if still_running:
+            return
+    raise AssertionError(f"buf.{method}({n!r}) returned only once the work queued before it on the caller's "
+                         f"stream was done ({tries} times out of {tries}): from pinned memory it must not wait for it")
+
+
+def copy_joins_the_caller_stream(buf, method, n):
+    """Whatever the copy queues on another stream, the caller's current stream waits for: a stream forked
+    from the caller's (made to wait for it) and never joined back leaves the copy unfinished when the
+    caller's stream is synchronized. Seen by capturing the copy into a CUDA graph, which refuses an
+    unjoined fork every time, where timing almost never sees it (copy_lands_in_order). Only a copy of
+    pinned memory can be captured: a pageable buffer is promise 10's failure already (pinned_when_asked).
+    Garbage collection is off during the capture: a pinned buffer freed then would record its release
+    into the graph."""
+    if not buf.cpu.is_pinned():
+        return
+    sync(buf.gpu.device)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        refused = capture_copy(buf, lambda: getattr(buf, method)(n))
+    finally:
+        if collecting:
+            gc.enable()
+    assert refused is None, (
+        f"buf.{method}({n!r}) left work on a stream forked from the caller's current stream that the caller's "
+        f"never waits for ({refused}): the copy may not have landed when the caller's stream is synchronized"
     )
+    sync(buf.gpu.device)
 
 
 def made_with_pin_memory(buf, size):
@@ -149,14 +195,15 @@ class DeviceTests(BufferTests):
     @pytest.mark.parametrize("method", ["copy_to_gpu", "copy_to_cpu"])
     @property_test(P.CUDA_SPECIFICS)
     def test_copies_with_pinned_memory_do_not_block_the_host(self, record, device, method, non_blocking_check, data):
-        """The copies are non-blocking: from pinned memory a copy returns without waiting for queued work."""
+        """From pinned memory a copy returns without waiting for queued work, and whatever it queues on
+        another stream, the caller's stream waits for (a CUDA graph capture shows a fork left unjoined)."""
         dev = devices.get(device)
+        assert dev.capture, f"the registry says promise 10 applies to {device}, but not how to capture work there"
         sc = self.build(record, device, data, s.byte_dtype(device), contexts=True, nonempty=True, pin_memory=True)
         sc.bind(method=method, n=data.draw(s.slice_end(sc["size"][0]), label="n"))
-        if non_blocking_check.method == "forbid_sync":
-            sc.call(copy_refusing_sync, Name("buf"), Name("method"), Name("n"), Name("device"), dev.sync_refusal)
-        else:
-            sc.call(copy_outlasting_a_stall)
+        refusal = dev.sync_refusal if non_blocking_check.refuse_sync else None
+        sc.call(copy_returns_before_queued_work, Name("buf"), Name("method"), Name("n"), Name("device"), refusal)
+        sc.call(copy_joins_the_caller_stream, Name("buf"), Name("method"), Name("n"))
 
     @pytest.mark.parametrize("size", [(4,), (0,)], ids=["nonempty", "zero-size"])
     @contract_test(P.PIN_WITHOUT_ACCELERATOR)

@@ -77,5 +77,7 @@ def host(t):
 
 @per_device("sync")
 def sync(device):
-    """Non-blocking copies have landed only once the caller's current stream is synchronized."""
+    """Non-blocking copies have landed only once the caller's current stream is synchronized: on the
+    buffer's device (pass buf.gpu.device, which has its index), or on each device of the type already
+    in use (a device type, no index); never on a device the run has not touched (devices.py)."""
     devices.get(device.type).sync(device)
