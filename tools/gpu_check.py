@@ -465,7 +465,10 @@ def _umask() -> int:
 def _new_beside(path: Path):
     """A new file in ``path``'s folder under a temporary name (created exclusively: never through a
     link), with the permissions a plain open would give; returns (file object, its path)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise Refused(f"gpu_check: cannot write {path}: {exc.strerror or exc}") from None
     os.fchmod(fd, 0o666 & ~_umask())
     return os.fdopen(fd, "wb"), Path(tmp)
 
@@ -703,16 +706,20 @@ def run_step(name: str, command: list[str], log_path: Path, env: dict[str, str],
     nothing it started is left running. A stopping signal stops it and is raised again, with
     the step."""
     start = time.monotonic()
-    log = StepLog(log_path)
     stopped: Stopped | None = None
     timed_out = False
     proc: subprocess.Popen | None = None
     try:
-        with SIGNALS.deferred():  # no child that nothing would stop
+        with SIGNALS.deferred():  # no log and no child that nothing would finish or stop
+            log = StepLog(log_path)
             log.write(f"$ {shlex.join(command)}\n")
-            proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log.file,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=functools.partial(_in_the_child, os.getpid()))
+            try:
+                proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log.file,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=functools.partial(_in_the_child, os.getpid()))
+            except OSError as exc:
+                log.finish(f"{name}: cannot start: {exc}")
+                raise Refused(f"gpu_check: cannot start the {name}: {exc.strerror or exc}") from None
         if _exited(proc, timeout):
             end_group(proc)
         else:
