@@ -234,8 +234,69 @@ def test_children_find_the_checkout_without_an_install(monkeypatch):
     assert gpu_check.PROOFS_FOR_ENV not in gpu_check.child_env()
 
 
-def test_the_default_proofs_are_the_variant_and_alternative_tests():
-    assert gpu_check.PROOF_MODULES == ("tests/test_variants.py", "tests/test_alternatives.py")
+def test_the_default_proofs_are_the_variant_alternative_and_cuda_check_tests():
+    assert gpu_check.PROOF_MODULES == ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_checks.py")
     assert all((REPO / m).is_file() for m in gpu_check.PROOF_MODULES)
     args = gpu_check.parse(["out"])
     assert args.device == "all" and args.proofs_for == "cuda" and args.proofs == list(gpu_check.PROOF_MODULES)
+
+
+# --- the proofs: which, and in what order (issue 23, item 3)
+
+WHOLE_SUITE = ("test_suite_judges_alternative_as_its_table_says", "test_suite_accepts_variant_where_its_bug_cannot_happen",
+               "test_suite_accepts_the_reference")
+
+
+def _collected_proofs(device: str) -> list[str]:
+    env = gpu_check.child_env(device)
+    proc = subprocess.run([sys.executable, "-m", "pytest", *gpu_check.PROOF_MODULES, "-p", "gpu_check", "-p",
+                           "no:cacheprovider", "-q", "--collect-only"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def _function(node_id: str) -> str:
+    return node_id.split("::")[1].split("[")[0]
+
+
+def test_the_longest_proofs_come_first():
+    """Whole suites that must find a failure, then whole suites, then single-promise rejections,
+    then the rest: xdist's round robin pairs each long proof with a short one."""
+    ids = _collected_proofs("cuda")
+
+    def rank(node_id: str) -> int:
+        if _function(node_id) in WHOLE_SUITE:
+            return 3 if "-fails-" in node_id else 2
+        return 1 if _function(node_id) == "test_suite_rejects_variant" else 0
+
+    ranks = [rank(i) for i in ids]
+    assert ranks == sorted(ranks, reverse=True), ids
+    assert ranks[0] == 3 and ranks.count(2) >= 5 and ranks.count(1) >= 10, ids
+    assert [_function(i) for i in ids if rank(i) == 0] == [
+        "test_with_launches_made_synchronous_the_non_blocking_check_is_untested",
+        "test_the_non_blocking_check_runs_by_refusing_synchronizes_on_this_torch",
+        "test_promise_12_says_the_last_device_context_is_untested_with_one_device",
+    ]
+
+
+def test_every_cuda_check_that_runs_the_suite_on_cuda_is_a_proof_for_cuda():
+    """A test of test_cuda_checks.py that runs the suite with --device cuda is marked for cuda (so
+    gpu_check runs it there); every other one runs on the CPU, in `nox -s tests`."""
+    import ast
+
+    module = REPO / "tests" / "test_cuda_checks.py"
+    source = module.read_text()
+    on_cuda = {node.name for node in ast.parse(source).body
+               if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+               and '"--device", "cuda"' in ast.get_source_segment(source, node)}
+    selected = {_function(i) for i in _collected_proofs("cuda") if i.startswith("tests/test_cuda_checks.py")}
+    assert on_cuda and selected == on_cuda
+    assert not {_function(i) for i in _collected_proofs("cpu") if i.startswith("tests/test_cuda_checks.py")}
+
+
+def test_the_proofs_are_load_scheduled_and_say_which_were_slowest(monkeypatch):
+    monkeypatch.setattr(gpu_check, "has_xdist", lambda: True)
+    assert gpu_check.parallel(16) == ["-n", "16", "--dist", "load"]
+    assert gpu_check.parallel(1) == []
+    assert "--durations=10" in gpu_check.proofs_command(list(gpu_check.PROOF_MODULES), 16, [])
