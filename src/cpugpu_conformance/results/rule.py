@@ -134,6 +134,17 @@ def answer(result: CellResult) -> Answer:
             untested.append(f"promise {promise} ({result.title(promise)}) on {device}: {out.kind}: {out.note}")
     for item in result.get("unattributed_failures") or []:
         failed.append(f"{item.get('test')}: {last_line(item.get('message'))}")
+    state_passed = 0
+    for cls, judged in sorted((result.get("mutable_state") or {}).items()):
+        kind = judged.get("verdict") if isinstance(judged, dict) else None
+        tests = [t for t in (judged.get("tests") or []) if isinstance(t, dict)] if isinstance(judged, dict) else []
+        state_passed += sum(1 for t in tests if t.get("verdict") == "passed")
+        first = next((t for t in tests if t.get("verdict") == kind), {})
+        line = f"mutable state of {cls}: {kind}: {first.get('test')}: {first.get('why') or 'no reason given'}"
+        if kind == "failed":
+            failed.append(line)
+        elif kind != "passed" or not tests:  # untested, waived, or nothing to show it held
+            untested.append(line if tests else f"mutable state of {cls}: no test of it ran")
     errors = int((result.get("counts") or {}).get("errors", 0))
     if errors and not failed:
         failed.append(f"{errors} test(s) errored outside any promise's check")
@@ -141,7 +152,7 @@ def answer(result: CellResult) -> Answer:
         untested.append("no device was asked for")
     if failed:
         return Answer("failed", tuple(failed + untested), counts)
-    if untested or not (counts["passed"] + counts["recorded"]):
+    if untested or not (counts["passed"] + counts["recorded"] + state_passed):
         return Answer("untested", tuple(untested) or ("no check of any promise ran",), counts)
     return Answer("passed", (), counts)
 

@@ -48,14 +48,17 @@ class TestEvidence:
     blame: str | None = None
     reproducer: str | None = None
     observed: str | None = None
+    state: dict[str, Any] | None = None  # a MutableStateTests test's record (state_judge.py)
 
     @property
     def nodeid(self) -> str:
         return str(self.facts.get("nodeid"))
 
     def add(self, when: str, outcome: str, props: Mapping[str, Any], message: str | None,
-            skip_reason: str | None, wasxfail: str | None) -> None:
+            skip_reason: str | None, wasxfail: str | None, state: dict[str, Any] | None = None) -> None:
         self.outcomes[when] = outcome
+        if state is not None:
+            self.state = state
         if props.get("stamp") is not None:
             self.stamp, self.stamp_detail = props["stamp"], props.get("stamp_detail")
         for name in ("blame", "reproducer", "observed"):
@@ -115,8 +118,8 @@ class Inventory:
     items: dict[str, dict[str, Any]] = field(default_factory=dict)  # nodeid -> item facts
     deselected: set[str] = field(default_factory=set)
 
-    def classes(self) -> list[str]:
-        return sorted({str(f["class"]) for f in self.items.values()})
+    def classes(self, kind: str | None = None) -> list[str]:
+        return sorted({str(f["class"]) for f in self.items.values() if f.get("kind") == kind})
 
     def find(self, cls: str, key: str) -> dict[str, Any] | None:
         for facts in self.items.values():
@@ -148,6 +151,8 @@ class Judgement:
     blamed_elsewhere: dict[str, str] = field(default_factory=dict)  # nodeid -> the promise blamed instead
 
     def __post_init__(self) -> None:
+        # The tests of MutableStateTests classes have a section of their own (state_judge.py).
+        self.evidence = {n: ev for n, ev in self.evidence.items() if ev.facts.get("kind") != "mutable_state"}
         for nodeid, ev in self.evidence.items():
             verdict = self.verdicts[nodeid] = verdict_of(ev)
             if verdict.kind != FAILED:

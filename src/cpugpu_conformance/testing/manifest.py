@@ -135,3 +135,13 @@ def area_of(areas: Iterable[type] | None = None) -> dict[str, str]:
 
         areas = AREAS
     return {name: cls.__name__ for cls, name, _ in contract_tests(areas)}
+
+
+def state_required(plan: DevicePlan, classes: Iterable[str]) -> dict[str, list[str]]:
+    """MutableStateTests class -> the keys of the tests it must run: every creation context of
+    every device the run makes tests for (mutable_state.generate_tests)."""
+    from .contexts import contexts_for
+
+    keys = [test_key("test_mutable_state", {"device": d, "context": c}) for d in plan.parametrized
+            for c in contexts_for(d)]
+    return {cls: list(keys) for cls in classes}

@@ -55,6 +55,7 @@ from .recording import (
     WARNINGS,
 )
 from .reports import COSTLY_MARK, DEVICES_MARK
+from .state_judge import KIND as STATE_KIND
 
 PROFILE_PREFIX = "cpugpu-"
 budget.register_profiles(PROFILE_PREFIX)
@@ -168,13 +169,14 @@ _INVENTORY = pytest.StashKey[Any]()
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Every test of the library's classes as it is collected, before any hook can deselect or drop it."""
-    if _ours(getattr(item, "cls", None)):
-        _inventory(item.config).items[item.nodeid] = reports.item_facts(item)
+    library, kind = _kind(item)
+    if library:
+        _inventory(item.config).items[item.nodeid] = reports.item_facts(item, kind)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
     for item in items:
-        if _ours(getattr(item, "cls", None)):
+        if _kind(item)[0]:
             _inventory(item.config).deselected.add(item.nodeid)
 
 
@@ -196,9 +198,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     from . import manifest
 
-    facts = {"inventory": _inventory(config).as_data(),
+    inventory = _inventory(config)
+    facts = {"inventory": inventory.as_data(),
              "required": manifest.required(plan, config.stash.get(PROMISE_FILTER, None)),
-             "area_of": manifest.area_of()}
+             "area_of": manifest.area_of(),
+             "state_required": manifest.state_required(plan, inventory.classes(STATE_KIND))}
     config.stash[RUN_FACTS] = facts
     if hasattr(config, "workeroutput") and _WORKER_FACTS in config.workeroutput:
         config.workeroutput[_WORKER_FACTS]["run"] = facts
@@ -252,7 +256,28 @@ def _ours(cls: type | None) -> bool:
     return cls is not None and issubclass(cls, BufferTests)
 
 
+def _state_class(cls: type | None) -> bool:
+    """A MutableStateTests class: its module is imported wherever one is defined."""
+    module = sys.modules.get("cpugpu_conformance.testing.mutable_state")
+    return isinstance(cls, type) and module is not None and issubclass(cls, module.MutableStateTests)
+
+
+def _kind(item: pytest.Item) -> tuple[bool, str | None]:
+    """Whether a test is one of the library's, and which kind (None: a buffer contract test)."""
+    cls = getattr(item, "cls", None)
+    if _ours(cls):
+        return True, None
+    if _state_class(cls):
+        return True, STATE_KIND
+    return False, None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if _state_class(metafunc.cls):
+        from .mutable_state import generate_tests
+
+        generate_tests(metafunc, metafunc.config.stash[PLAN])
+        return
     if not _ours(metafunc.cls) or "device" not in metafunc.fixturenames:
         return  # a project's own tests, and its own `device` fixture, are its business
     plan = metafunc.config.stash[PLAN]
@@ -361,8 +386,9 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if _ours(getattr(item, "cls", None)):
-        reports.annotate(item, report)
+    library, kind = _kind(item)
+    if library:
+        reports.annotate(item, report, kind)
     return report
 
 

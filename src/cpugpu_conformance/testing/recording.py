@@ -28,6 +28,8 @@ from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
 from .reports import CRASH_PHASE, FACTS, Crash, message, skip_reason, worker_exit, worker_id
+from .state_judge import REPORT_KEY as STATE_REPORT_KEY
+from .state_judge import section as state_section
 
 # What pytest_configure works out once, for the hooks and fixtures.
 IMPL = pytest.StashKey[Any]()  # the shipped suite's loaded --impl (impl.Impl)
@@ -206,8 +208,10 @@ class CellRecorder:
         evidence = self.evidence.get(report.nodeid)
         if evidence is None:
             evidence = self.evidence[report.nodeid] = TestEvidence(facts)
+        state = dict(report.user_properties).get(STATE_REPORT_KEY)
         evidence.add(report.when, report.outcome, facts, message(report) if report.failed else None,
-                     skip_reason(report) if report.skipped else None, getattr(report, "wasxfail", None))
+                     skip_reason(report) if report.skipped else None, getattr(report, "wasxfail", None),
+                     state if isinstance(state, dict) else None)
 
     def _crashed_test(self, report: pytest.TestReport) -> None:
         worker = worker_id(report)
@@ -255,9 +259,20 @@ class CellRecorder:
 
     def _judgement(self) -> Judgement:
         """Every test's verdict against what the contract requires of this run (manifest.py)."""
-        facts = self.config.stash.get(RUN_FACTS, None) or {}
+        facts = self._run_facts()
         inventory = Inventory.from_data(facts.get("inventory") or {})
         return Judgement(self.evidence, inventory, facts.get("required") or {}, facts.get("area_of") or {})
+
+    def _run_facts(self) -> dict[str, Any]:
+        return self.config.stash.get(RUN_FACTS, None) or {}
+
+    def _state_section(self) -> dict[str, Any]:
+        """The verdicts of the run's MutableStateTests classes (state_judge.py); empty when it has none."""
+        facts = self._run_facts()
+        required = facts.get("state_required") or {}
+        if not required:
+            return {}
+        return state_section(self.evidence, Inventory.from_data(facts.get("inventory") or {}), required)
 
     def _entry(self, judged: Judgement, promise: str, device: str) -> dict[str, Any]:
         """The verdict of one promise on one device, with the tests behind it."""
@@ -274,6 +289,9 @@ class CellRecorder:
             if inapplicable is not None:
                 return {"verdict": "not_applicable", "reason": inapplicable, **counts}
             return {"verdict": "not_requested", "reason": f"not selected ({self.flags['promise']})", **counts}
+        if not judged.classes() and self._run_facts().get("state_required"):
+            return {"verdict": "not_requested", "passed": 0, "failed": 0, "skipped": 0,
+                    "reason": "no buffer class under test in this run (its classes are MutableStateTests)"}
         entry = judged.entry(promise, device)
         if dev["status"] == "skipped" and entry["verdict"] != "failed":
             return {**entry, "verdict": "skipped", "reason": dev["reason"]}
@@ -336,11 +354,15 @@ class CellRecorder:
             "unattributed_failures": self.unattributed,
             "requested": self._requested(),
         }
+        state = self._state_section()
+        if state:  # a section of its own: a buffer class's result file is unchanged
+            verdicts["mutable_state"] = state
         run_fields = self._run_fields()
         # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
         self.answer = results.CellResult.new(self.name, status, detail=detail, environment=run_fields["environment"],
                                              **verdicts).answer()
-        self.exitstatus = exit_status(session.exitstatus, self.answer, judged.any_held())
+        checks_ran = judged.any_held() or any(t["verdict"] == "passed" for c in state.values() for t in c["tests"])
+        self.exitstatus = exit_status(session.exitstatus, self.answer, checks_ran)
         if self.sets_exit:
             session.exitstatus = self.exitstatus
         if self.path is None:
@@ -376,7 +398,7 @@ class CellRecorder:
         if self.plan is not None and self.plan.nothing_testable:
             return  # the suite's own line says no requested device is available
         lines = self.answer.lines
-        untested = f"{len(lines)} promise-device pair(s) asked for went untested"
+        untested = f"{len(lines)} of the pairs (promise, device) and classes asked for went untested"
         head = "nothing was tested" if exitstatus == nothing else untested
         if self.sets_exit:
             terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)

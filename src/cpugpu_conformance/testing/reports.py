@@ -65,7 +65,7 @@ def device_of(item: pytest.Item) -> str | None:
     return callspec.params.get("device") if callspec else None
 
 
-def item_facts(item: pytest.Item) -> dict[str, Any]:
+def item_facts(item: pytest.Item, kind: str | None = None) -> dict[str, Any]:
     """What the recorder needs to know of a collected test of the library's classes, as plain data:
     its class, its key (manifest.py), its device and promises, whether its function is the
     contract's own (stamps.py) and, for an override, whether it opts out by a skip marker."""
@@ -77,7 +77,7 @@ def item_facts(item: pytest.Item) -> dict[str, Any]:
     function = getattr(item, "function", None)
     contract = is_contract_function(name, function)
     opt_out = not contract and any(mark.name in ("skip", "skipif") for mark in getattr(function, "pytestmark", []))
-    return {
+    facts = {
         "nodeid": item.nodeid,
         "class": f"{cls.__module__}.{cls.__qualname__}" if cls is not None else item.nodeid,
         "test": name,
@@ -87,17 +87,20 @@ def item_facts(item: pytest.Item) -> dict[str, Any]:
         "contract": contract,
         "opt_out": opt_out,
     }
+    if kind is not None:  # a MutableStateTests test: judged in a section of its own (state_judge.py)
+        facts["kind"] = kind
+    return facts
 
 
 # The key of the report property that carries a library test's facts and evidence.
 FACTS = "cpugpu"
 
 
-def annotate(item: pytest.Item, report: pytest.TestReport) -> None:
+def annotate(item: pytest.Item, report: pytest.TestReport, kind: str | None = None) -> None:
     """Put the test's facts and evidence (how the contract's body ended: its stamp, its blame, its
     reproducer, what it observed) on its report, which travels to the controller. The evidence is
     read from the test's Record, not from the report's outcome, which a hook can rewrite."""
-    facts = item_facts(item)
+    facts = item_facts(item, kind)
     record = item.stash.get(RECORD, None)
     if record is not None:
         facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail)
