@@ -25,7 +25,7 @@ from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing import contexts, helpers, plan, recording, reports, side_effects
+from cpugpu_conformance.testing import contexts, helpers, judge, plan, recording, side_effects
 from cpugpu_conformance.testing.checks import COPY_METHODS
 from cpugpu_conformance.testing.device_promises import (
     allow_sync,
@@ -195,15 +195,35 @@ def recorder_with(device_plan, tmp_path):
                                   "impl", "ci")
 
 
+def evidence(key, device, promise, stamp, outcome, *, detail=None, observed=None):
+    """What the reports of one contract test of TestX said (judge.py)."""
+    facts = {"nodeid": f"t.py::TestX::{key}", "class": "t.TestX", "test": key.split("[")[0], "key": key,
+             "device": device, "promises": [promise], "contract": True, "opt_out": False}
+    ev = judge.TestEvidence(facts)
+    when = "setup" if outcome == "skipped" else "call"
+    props = {"stamp": stamp, "stamp_detail": detail, "observed": observed}
+    ev.add(when, outcome, props, None, detail if outcome == "skipped" else None, None)
+    return ev
+
+
+def judgement(*tests, required):
+    inventory = judge.Inventory({ev.nodeid: ev.facts for ev in tests})
+    return judge.Judgement({ev.nodeid: ev for ev in tests}, inventory, required, {})
+
+
 def test_a_passed_promise_with_a_check_that_could_not_run_says_so(tmp_path):
-    """The skipped check is untested: the pass rests on the checks that ran, and the result says which did not."""
+    """The check the contract skipped is untested: the pass rests on the checks that ran, and the result says which did not."""
     recorder = recorder_with(plan.plan_devices("all", {}), tmp_path)
     why = "context cuda_device_last: with 1 CUDA device, ... cannot fire (it needs two CUDA devices)"
-    recorder.tallies[("12", "cuda")] = reports.Tally(passed=14, skipped=1, reasons=[why])
-    recorder.tallies[("12", "cpu")] = reports.Tally(passed=12)
-    entry = recorder._entry("12", "cuda")
-    assert entry["verdict"] == "passed" and entry["skipped"] == 1 and entry["reason"].endswith("untested: " + why)
-    assert "reason" not in recorder._entry("12", "cpu")
+    ran = evidence("t[context=plain,device=cuda]", "cuda", "12", "completed", "passed")
+    skipped = evidence("t[context=cuda_device_last,device=cuda]", "cuda", "12", "skipped", "skipped", detail=why)
+    on_cpu = evidence("t[context=plain,device=cpu]", "cpu", "12", "completed", "passed")
+    judged = judgement(ran, skipped, on_cpu, required={"12": {"cuda": [ran.facts["key"], skipped.facts["key"]],
+                                                               "cpu": [on_cpu.facts["key"]]}})
+    entry = recorder._entry(judged, "12", "cuda")
+    assert entry["verdict"] == "passed" and entry["skipped"] == 1 and entry["reason"].endswith("skipped: " + why)
+    assert entry["skipped_tests"] == [{"test": skipped.nodeid, "why": why}]
+    assert "reason" not in recorder._entry(judged, "12", "cpu")
 
 
 # --- the non-blocking check: which method, or why none (item 7)
@@ -516,11 +536,14 @@ def test_promise_11_tests_are_deselected_beside_an_accelerator():
 
 def test_the_recorder_writes_promise_11_not_applicable_with_why_beside_an_accelerator(tmp_path):
     recorder = recorder_with(plan.plan_devices("cpu", AN_ACCELERATOR), tmp_path)
-    entry = recorder._entry("11", "cpu")
+    entry = recorder._entry(judgement(required={}), "11", "cpu")
     assert entry["verdict"] == "not_applicable" and entry["reason"] == promises.not_applicable("11", "cpu", ("cuda",))
     alone = recorder_with(plan.plan_devices("cpu", NO_ACCELERATOR), tmp_path)
-    alone.tallies[("11", "cpu")] = reports.Tally(passed=2, observed=["size (4,): raises RuntimeError: no"])
-    assert alone._entry("11", "cpu")["verdict"] == "recorded"
+    held = evidence("t[device=cpu,size=4]", "cpu", "11", "completed", "passed",
+                    observed="size (4,): raises RuntimeError: no")
+    judged = judgement(held, required={"11": {"cpu": [held.facts["key"]]}})
+    entry = alone._entry(judged, "11", "cpu")
+    assert entry["verdict"] == "recorded" and entry["observed"] == "size (4,): raises RuntimeError: no"
 
 
 def _cell_with_11(verdict: str, cuda_available: bool) -> results.CellResult:
