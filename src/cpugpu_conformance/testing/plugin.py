@@ -32,8 +32,9 @@ import pytest
 
 from cpugpu_conformance import devices
 
-from . import budget, recording, reports
+from . import recording, reports
 from .plan import (
+    DevicePlan,
     as_facts,
     check_device_option,
     flags,
@@ -57,8 +58,9 @@ from .recording import (
 from .reports import COSTLY_MARK, DEVICES_MARK
 from .state_judge import KIND as STATE_KIND
 
+# The plugin's hypothesis profiles, registered (never loaded) when a run names one: importing
+# hypothesis costs a run that never uses it seconds, so the plugin imports it only then.
 PROFILE_PREFIX = "cpugpu-"
-budget.register_profiles(PROFILE_PREFIX)
 
 
 
@@ -80,10 +82,58 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests of these promises (CONTRACT.md numbers)")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Loaded as an entry point, the plugin sees the command line before pytest has accepted it:
+    a result path is marked `error` now, so that a run pytest refuses later (an unknown option, a
+    bad ini value) leaves no earlier pass behind; the run's own start replaces the mark."""
+    path = getattr(early_config.known_args_namespace, "cpugpu_cell_result", None)
+    if path:
+        recording.mark_refused(path)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_configure")
+def pytest_configure_checks_hypothesis_profile(config: pytest.Config) -> None:
+    """Before hypothesis's configure, which loads --hypothesis-profile (and raises an internal error
+    for an unknown one): the plugin's profiles are registered, and a profile nobody registered is
+    one line, exit 4."""
+    name = config.getoption("hypothesis_profile", None)
+    if name:
+        from hypothesis import settings
+        from hypothesis.errors import InvalidArgument
+
+        from . import budget
+
+        budget.register_profiles(PROFILE_PREFIX)
+        try:
+            settings.get_profile(name)
+        except InvalidArgument:
+            exc = pytest.UsageError(f"--hypothesis-profile {name!r}: no such hypothesis profile (registered: "
+                                    f"{', '.join(sorted(settings._profiles)) or 'none'})")
+            if config.getoption("cpugpu_cell_result", None) and not hasattr(config, "workerinput"):
+                config.stash[PLAN] = refused_plan(config.getoption("cpugpu_device"))
+                config.stash[WARNINGS] = []
+                _record_usage_error(_start_recorder(config, None), exc)
+            raise exc from None
+
+
+def _asked(config: pytest.Config) -> bool:
+    """Whether this run asks anything of the plugin: the shipped suite, or one of its options. A run
+    that does not stays inert until a library test class is collected: no torch imported, nothing
+    worked out, nothing said."""
+    options = ("cpugpu_device", "cpugpu_promise", "cpugpu_cell_result", "cpugpu_cell_name")
+    return config.stash.get(SUITE_EXIT, False) or any(config.getoption(o, None) is not None for o in options)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     reports.register_markers(config)
     config.stash[WARNINGS] = []
     config.stash[TESTED_CLASSES] = []
+    if not _asked(config):
+        config.stash[PROMISE_FILTER] = None
+        if not hasattr(config, "workerinput"):
+            _start_recorder(config, None)  # says what went untested, if a library class turns up
+        return
     if getattr(config.option, "max_warnings", None) is not None and config.stash.get(SUITE_EXIT, False):
         # pytest 9.2's --max-warnings exits 6 when every test passed: the suite's own 6 says
         # "some promises went untested", and one code must not say two things.
@@ -204,7 +254,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
              "area_of": manifest.area_of(),
              "state_required": manifest.state_required(plan, inventory.classes(STATE_KIND))}
     config.stash[RUN_FACTS] = facts
-    if hasattr(config, "workeroutput") and _WORKER_FACTS in config.workeroutput:
+    if hasattr(config, "workeroutput"):  # an inert run's worker worked its plan out only now
+        config.workeroutput.setdefault(_WORKER_FACTS, {"plan": as_facts(plan), "warnings": [], "refused": None})
         config.workeroutput[_WORKER_FACTS]["run"] = facts
 
 
@@ -226,7 +277,7 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
         import torch  # only for the name in the file: xdist's controller without one imports no torch
 
         name = f"torch-{torch.__version__.split('+')[0]}"
-    profile = config.getoption("hypothesis_profile", None) or _profile_in_force()
+    profile = config.getoption("hypothesis_profile", None)
     impl = config.stash.get(recording.IMPL_SPEC, "")
     sets_exit = path is not None or config.stash.get(SUITE_EXIT, False)
     recorder = recording.CellRecorder(config, path, name, chosen, impl, profile, sets_exit=sets_exit)
@@ -238,12 +289,6 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
     return recorder
 
 
-def _profile_in_force() -> str:
-    from hypothesis import settings
-
-    return getattr(settings, "_current_profile", None) or "default"
-
-
 def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.UsageError) -> None:
     """A run refused for bad input still replaces the result: an older pass must not stand."""
     if recorder is not None:
@@ -251,9 +296,10 @@ def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.Usa
 
 
 def _ours(cls: type | None) -> bool:
-    from .base import BufferTests
-
-    return cls is not None and issubclass(cls, BufferTests)
+    """A subclass of the library's BufferTests: its module is imported wherever one is defined, so
+    a run without one imports nothing (torch) to say so."""
+    base = sys.modules.get("cpugpu_conformance.testing.base")
+    return isinstance(cls, type) and base is not None and issubclass(cls, base.BufferTests)
 
 
 def _state_class(cls: type | None) -> bool:
@@ -276,12 +322,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if _state_class(metafunc.cls):
         from .mutable_state import generate_tests
 
-        generate_tests(metafunc, metafunc.config.stash[PLAN])
+        generate_tests(metafunc, _plan(metafunc.config))
         return
     if not _ours(metafunc.cls) or "device" not in metafunc.fixturenames:
         return  # a project's own tests, and its own `device` fixture, are its business
-    plan = metafunc.config.stash[PLAN]
-    assert plan is not None, "tests are made where the plan is known (not in xdist's controller)"
+    plan = _plan(metafunc.config)
 
     def param(device: str, *values: object, id: str) -> object:
         marks = pytest.mark.skip(reason=plan.skipped[device]) if device in plan.skipped else ()
@@ -297,6 +342,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("device", [param(d, id=d) for d in plan.parametrized])
 
 
+def _plan(config: pytest.Config) -> DevicePlan:
+    """The device plan: worked out in pytest_configure in a run that asks for the plugin, else here,
+    when the first library test class is collected (an inert run imports no torch before then)."""
+    plan = config.stash.get(PLAN, None)
+    if plan is None:
+        assert not _hands_tests_to_workers(config), "tests are made where they run, not in xdist's controller"
+        plan = config.stash[PLAN] = plan_devices(None, devices.unavailable(), flags(config))
+    return plan
+
+
 def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
     """Whether the test runs: see plan.wanted (its devices marker, its promises, --cpugpu-promise)."""
     marked = [str(name) for mark in item.iter_markers(DEVICES_MARK) for name in mark.args]
@@ -304,8 +359,7 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
         allowed = marked_devices(marked) if marked else None
     except ValueError as exc:
         raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
-    plan = item.config.stash[PLAN]  # None only in xdist's controller, which runs no test
-    accelerators = plan.accelerators if plan else ()
+    accelerators = _plan(item.config).accelerators
     return wanted(reports.promises_of(item), reports.device_of(item), chosen, allowed, accelerators)
 
 
@@ -409,7 +463,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         sys.stderr.write(f"ERROR: {config.stash[REFUSED]}\n")
     plan = config.stash.get(PLAN, None)
     # Workers report when they finish; none did and nobody pressed Ctrl-C: they all went down.
-    if plan is None and _hands_tests_to_workers(config) and exitstatus != pytest.ExitCode.INTERRUPTED:
+    if plan is None and _asked(config) and _hands_tests_to_workers(config) \
+            and exitstatus != pytest.ExitCode.INTERRUPTED:
         terminalreporter.write_line(
             "no pytest-xdist worker finished its run (see the 'node down' lines above): the run is not a "
             "pass; the same command without -n shows why", red=True)

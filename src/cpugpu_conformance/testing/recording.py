@@ -98,6 +98,28 @@ def _observations() -> dict[str, Any]:
     return observe.observe_all()
 
 
+def _profile_in_force() -> str:
+    from hypothesis import settings  # only where a result is written: an inert run imports no hypothesis
+
+    return getattr(settings, "_current_profile", None) or "default"
+
+
+def mark_refused(path: str) -> None:
+    """Mark a result path `error` before pytest has accepted the command line (plugin.py): if it
+    refuses it (an unknown option), the file says so, never an earlier run's pass. Best effort and
+    careful: a path another run holds, or one no writer may replace, is left for the run's own
+    start to refuse in one line."""
+    try:
+        with results.exclusive(path):
+            results.CellResult.new(
+                "this run", "error", pytest_exitstatus=int(pytest.ExitCode.USAGE_ERROR),
+                detail="refused before any test ran: pytest did not accept the command line or its configuration "
+                       "(its own one-line error says why)",
+            ).write(path)
+    except (results.ResultPathBusy, results.NotRegularFile, results.ResultFileError, OSError):
+        pass
+
+
 # The exits of a run whose tests all passed that is still no pass.
 _UNTESTED = (SuiteExit.NOTHING_TESTED, SuiteExit.PARTLY_TESTED)
 
@@ -107,7 +129,7 @@ class CellRecorder:
     answer and, with a ``path``, writes the result file."""
 
     def __init__(self, config: pytest.Config, path: str | None, name: str, chosen: frozenset[str] | None,
-                 impl: str, profile: str, *, sets_exit: bool = True) -> None:
+                 impl: str, profile: str | None, *, sets_exit: bool = True) -> None:
         self.config = config
         # Whether the answer sets the run's exit status: in the shipped suite always, in a
         # project's own run only with a result file (its exit code then says what the file says).
@@ -117,7 +139,7 @@ class CellRecorder:
         self.name = name
         self.chosen = chosen
         self.impl = impl
-        self.profile = profile
+        self.profile = profile  # None: the profile in force, looked up when the file is written
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
         self.evidence: dict[str, TestEvidence] = {}  # nodeid -> what its reports said (judge.py)
@@ -185,7 +207,7 @@ class CellRecorder:
         return {
             "requested": self._requested(),
             "impl": self.impl,
-            "hypothesis_profile": self.profile,
+            "hypothesis_profile": self.profile or _profile_in_force(),
             "argv": sys.argv[1:],
             "environment": environment(),
         }
