@@ -87,7 +87,7 @@ def _sparse_huge(d: Path) -> None:
 
 # name -> (file name, how to make it, what the reason says)
 HOSTILE: dict[str, tuple[str, Callable[[Path], None], str]] = {
-    "deeply nested": ("nested.json", lambda d: (d / "nested.json").write_text(_nested(100_000)), "nested too deeply"),
+    "deeply nested": ("nested.json", lambda d: (d / "nested.json").write_text(_nested(90_000)), "nested too deeply"),
     "nested inside observations": ("deep-inside.json", _deep_observation, "nested too deeply"),
     "not UTF-8": ("latin1.json", lambda d: (d / "latin1.json").write_bytes(b'{"cell": "caf\xe9"}'), "not UTF-8"),
     "symlink loop": ("loop.json", lambda d: os.symlink("loop.json", d / "loop.json"), "symbolic link loop"),
@@ -212,13 +212,13 @@ def _hostile_text(megabytes: int) -> str:
 
 def test_escape_sequences_and_megabytes_of_output_never_reach_the_report(results_dir: Path, tmp_path: Path):
     crashed = rf.incomplete("2.15.0", "crashed", "x")
-    crashed["detail"] = f"killed by SIGABRT{CSI_RED}; last lines of the log:\n" + _hostile_text(10)
+    crashed["detail"] = f"killed by SIGABRT{CSI_RED}; last lines of the log:\n" + _hostile_text(2)
     failing = rf.completed("2.14.1", failed={("3", "cpu"): [rf.failure("test_mutable", "x", "import torch\n")]})
-    failing["promises"]["3"]["devices"]["cpu"]["failures"][0]["message"] = _hostile_text(10)
+    failing["promises"]["3"]["devices"]["cpu"]["failures"][0]["message"] = _hostile_text(2)
     # Written raw (json escapes ESC as \u001b, which loads back as ESC): rf.write would clean it first.
     for name, result in (("crashed.json", crashed), ("failing.json", failing)):
         (results_dir / name).write_text(json.dumps(result), encoding="utf-8")
-        assert (results_dir / name).stat().st_size > 10_000_000
+        assert 2_000_000 < (results_dir / name).stat().st_size <= results.MAX_FILE_BYTES
     out = tmp_path / "out"
     proc = run_report(results_dir, out)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
