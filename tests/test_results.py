@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from malformed_results import MALFORMED
 
 from cpugpu_conformance import results
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
@@ -465,3 +466,105 @@ def test_the_placeholder_is_never_a_pass(tmp_path):
     placeholder = results.placeholder("torch-2.13.0-cpu", requested={"device": "cpu"})
     assert placeholder.status == "interrupted" and not placeholder.answer().clean
     assert "did not finish: it was killed, or is still running" in placeholder.detail
+
+
+# ----------------------------------------------------------------------------- malformed files (issue 22)
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_file_is_one_line_naming_it_and_the_key(tmp_path, case):
+    text, key = MALFORMED[case]
+    path = tmp_path / "bad.json"
+    path.write_text(text, encoding="utf-8")
+    message = load_error(path)
+    assert message.startswith(f"{path}: not a ") and "\n" not in message and (key is None or key in message), message
+
+
+@pytest.mark.parametrize("value", ["x", [], 3, None, True, ("a", "b")])
+def test_a_result_made_of_what_is_not_a_mapping_is_a_result_file_error(value):
+    with pytest.raises(ResultFileError, match="not a cell result: the JSON is "):
+        CellResult(value, "<made>")
+
+
+def test_an_unknown_top_level_key_is_refused_without_jsonschema_too(monkeypatch):
+    """The top level is checked by the model itself: a minimal environment (no jsonschema) refuses it as well."""
+    from cpugpu_conformance.results import model
+
+    monkeypatch.setattr(model, "_check_schema", lambda data, source, name="cell-result": None)
+    with pytest.raises(ResultFileError, match="unknown key 'padding' at the top level"):
+        CellResult(dict(rf.completed("2.13.0"), padding=[0] * 10), "<made>")
+    with pytest.raises(ResultFileError, match="the JSON is a string"):
+        CellResult("x", "<made>")
+
+
+def test_the_verdicts_the_model_knows_are_the_schemas_waived_and_known_failure_included():
+    enum = results.schema()["$defs"]["promise_on_device"]["properties"]["verdict"]["enum"]
+    assert enum == list(results.VERDICTS)
+    assert {"waived", "known_failure"} <= set(enum)
+    for verdict in ("waived", "known_failure"):
+        data = rf.completed("2.13.0")
+        data["promises"]["3"]["devices"]["cpu"] = {"verdict": verdict, "passed": 0, "failed": 0, "skipped": 1,
+                                                   "reason": "opted out"}
+        CellResult(data)  # validates
+
+
+def test_counting_values_matches_the_parser():
+    def parsed(value):
+        if isinstance(value, dict):
+            return 1 + sum(parsed(v) for v in value.values())
+        if isinstance(value, list):
+            return 1 + sum(parsed(v) for v in value)
+        return 1
+
+    for value in [{}, [], "x", 3, {"a": [1, 2, "x,y[{\\\"]"]}, {"a": {"b": [[], {}, None]}}, rf.completed("2.13.0")]:
+        text = json.dumps(value).encode()
+        # a value per comma, bracket and brace: one more than the parser's count per non-empty container's last item
+        assert parsed(value) <= results.count_values(text) <= 2 * parsed(value), value
+
+
+def _loud(failures: int, text: str) -> dict:
+    return rf.completed("2.13.0", failed={("1", "cpu"): [rf.failure(f"test_{i}", text, "import torch\n" + text)
+                                                         for i in range(failures)]})
+
+
+def test_a_result_too_large_for_a_reader_is_cut_to_fit_when_written(tmp_path):
+    """Wide characters in every message: more bytes than the cap. The texts are cut, never the verdicts."""
+    loud = CellResult(_loud(120, "\U0001f4a5" * 30_000 + "\nlast line"))
+    assert len(json.dumps(loud.to_json(), ensure_ascii=False).encode()) > results.MAX_FILE_BYTES
+    path = loud.write(tmp_path / "loud.json")
+    assert path.stat().st_size <= results.MAX_FILE_BYTES
+    again = CellResult.load(path)
+    assert again.answer().kind == "failed" and again.answer().counts == loud.answer().counts
+    failures = again.entry("1", "cpu")["failures"]
+    assert len(failures) == 120 and all("characters cut" in f["message"] for f in failures)
+    assert failures[0]["message"].startswith("\U0001f4a5")
+
+
+def test_a_result_with_too_many_values_for_a_reader_keeps_the_first_failures(tmp_path):
+    many = CellResult(_loud(30_000, "x"))
+    assert results.count_values(json.dumps(many.to_json()).encode()) > results.MAX_VALUES
+    path = many.write(tmp_path / "many.json")
+    again = CellResult.load(path)
+    failures = again.entry("1", "cpu")["failures"]
+    assert len(failures) == 21 and failures[-1]["message"].startswith("29,980 more failures cut")
+    assert again.entry("1", "cpu")["failed"] == 30_000 and again.answer().kind == "failed"
+
+
+def test_a_result_that_fits_is_written_whole(tmp_path):
+    loud = CellResult(_loud(3, "y" * 15_000))
+    again = CellResult.load(loud.write(tmp_path / "c.json"))
+    assert again == loud
+
+
+def test_the_loudest_failing_run_writes_a_file_every_reader_reads(tmp_path):
+    """Every test raising 80 kB of 4-byte characters (the most bytes a kept character takes): the
+    suite's own file is cut to fit the cap, and the rest of the tooling reads it."""
+    from suite_runner import TESTS, run_suite
+
+    run = run_suite(tmp_path, "--impl", f"{TESTS / 'loud_impls.py'}:RaisesWide", "--device", "cpu")
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    path = tmp_path / "cell.json"
+    assert path.stat().st_size <= results.MAX_FILE_BYTES
+    loaded = CellResult.load(path)
+    assert loaded.answer().kind == "failed"
+    assert any("characters cut" in f["message"] for _, _, out in loaded.outcomes() for f in out.failures)
