@@ -280,8 +280,17 @@ def test_compat_json_carries_only_what_the_schema_defines(results_dir: Path, tmp
     failing = rf.completed("2.14.1", failed={("3", "cpu"): [rf.failure("test_mutable", "refused", "import torch\n")]})
     failing["unattributed_failures"] = [rf.failure("test_x", "boom", None)]
     rf.write(results_dir, "torch-2.14.1.json", failing)
+    padded = json.loads(json.dumps(failing))
+    padded["promises"]["3"]["devices"]["cpu"]["failures"][0]["padding"] = "P" * 1000
+    padded["promises"]["3"]["devices"]["cpu"]["padding"] = "P" * 1000
+    (results_dir / "padded-inside.json").write_text(json.dumps(padded), encoding="utf-8")
+    (results_dir / "padded-top.json").write_text(json.dumps(dict(failing, padding="P" * 1000)), encoding="utf-8")
     out = tmp_path / "out"
-    assert run_report(results_dir, out).returncode == 0
+    proc = run_report(results_dir, out)
+    assert proc.returncode == 0
+    assert sorted(json.loads(outputs(out)["compat.json"])["generated_from"]) == ["torch-2.13.0.json", "torch-2.14.1.json"]
+    assert "PPPP" not in "".join(outputs(out).values()), "what the schema does not define was published"
+    assert len(warning_lines(proc)) == 2 and all("padding" in line for line in warning_lines(proc))
     cell_schema = results.schema()
     added = {"source", "release", "devices_shown", "duplicate", "answer", "marks"}
     for cell in json.loads(outputs(out)["compat.json"])["cells"]:

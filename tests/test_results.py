@@ -568,3 +568,25 @@ def test_the_loudest_failing_run_writes_a_file_every_reader_reads(tmp_path):
     loaded = CellResult.load(path)
     assert loaded.answer().kind == "failed"
     assert any("characters cut" in f["message"] for _, _, out in loaded.outcomes() for f in out.failures)
+
+
+@pytest.mark.parametrize("promise, device", [("10", "cpu"), ("11", "cuda")])
+@pytest.mark.parametrize("verdict", ["passed", "failed", "recorded", "known_failure"])
+def test_a_verdict_where_the_contract_says_a_promise_does_not_apply_is_refused(promise, device, verdict):
+    """The rule reads such a pair as not applicable whatever it says: a failure there would be hidden."""
+    data = rf.completed("2.13.0", cuda=True)
+    data["promises"][promise]["devices"][device] = {"verdict": verdict, "passed": 1, "failed": 0, "skipped": 0}
+    with pytest.raises(ResultFileError, match=f"at promises/{promise}/devices/{device}: it records a verdict of "
+                                              f"promise {promise} on {device} \\({verdict}\\), where the contract says"):
+        CellResult(data)
+
+
+def test_not_applicable_with_the_counts_of_a_test_that_ran_anyway_is_accepted():
+    """What the suite writes when a test of several promises ran on a device one of them skips: its
+    counts stay with the not-applicable entry, its failure goes to unattributed_failures and fails the cell."""
+    data = rf.completed("2.13.0")
+    data["promises"]["10"]["devices"]["cpu"] = {"verdict": "not_applicable", "reason": "promise 10 is about cuda",
+                                                "passed": 2, "failed": 1, "skipped": 0}
+    data["unattributed_failures"] = [rf.failure("test_copies[cpu]", "stale", None)]
+    result = CellResult(data)
+    assert result.outcome("10", "cpu").kind == "not_applicable" and result.answer().kind == "failed"

@@ -135,22 +135,28 @@ def _json_kind(value: Any) -> str:
 
 
 def _check_applicable(data: dict[str, Any], source: str) -> None:
-    """A check that ran of a promise on a device the contract says it does not apply to (promise
-    10 on cpu) is no result the suite writes: the rule reads such a pair as not applicable
-    whatever it says, so a failure recorded there would be hidden. Refused instead."""
+    """A verdict of a promise on a device the contract says it does not apply to (promise 10 on
+    cpu, 11 on cuda) is no result the suite writes: the rule reads such a pair as not applicable
+    whatever it says, so a failure recorded there would be hidden. Refused instead.
+
+    The suite writes 'not_applicable' there, with the counts of any test of several promises
+    that ran anyway; a failure of one it moves to unattributed_failures, where it fails the cell.
+    """
     for promise, entry in (data.get("promises") or {}).items():
         if promise not in APPLIES_TO or not isinstance(entry, dict):
             continue
         for device, verdict in (entry.get("devices") or {}).items():
             if device not in DEVICES or applies(promise, device) or not isinstance(verdict, dict):
                 continue
-            ran = verdict.get("verdict") in ("passed", "failed", "recorded", "known_failure") or any(
-                verdict.get(k) for k in ("passed", "failed", "failures"))
-            if ran:
+            if verdict.get("verdict") in _VERDICTS_OF_A_CHECK or verdict.get("failures"):
                 raise ResultFileError(
-                    f"{source}: not a valid cell result at promises/{promise}/devices/{device}: it records a check "
-                    f"of promise {promise} on {device}, where the contract says it does not apply "
-                    f"(it is about {' and '.join(APPLIES_TO[promise])})")
+                    f"{source}: not a valid cell result at promises/{promise}/devices/{device}: it records a verdict "
+                    f"of promise {promise} on {device} ({one_line(verdict.get('verdict'), 40)}), where the contract says "
+                    f"it does not apply (it is about {' and '.join(APPLIES_TO[promise])})")
+
+
+# What a promise entry says only when a check of it ran.
+_VERDICTS_OF_A_CHECK = ("passed", "failed", "recorded", "known_failure")
 
 
 def _check_promise_numbers(data: Any, source: str) -> None:
