@@ -142,10 +142,12 @@ def _check_applicable(data: dict[str, Any], source: str) -> None:
     The suite writes 'not_applicable' there, with the counts of any test of several promises
     that ran anyway; a failure of one it moves to unattributed_failures, where it fails the cell.
     """
-    for promise, entry in (data.get("promises") or {}).items():
-        if promise not in APPLIES_TO or not isinstance(entry, dict):
-            continue
-        for device, verdict in (entry.get("devices") or {}).items():
+    promises = data.get("promises")
+    for promise, entry in promises.items() if isinstance(promises, dict) else ():
+        devices = entry.get("devices") if isinstance(entry, dict) else None
+        if promise not in APPLIES_TO or not isinstance(devices, dict):
+            continue  # (a shape the schema refuses; without jsonschema, the model's accessors skip it)
+        for device, verdict in devices.items():
             if device not in DEVICES or applies(promise, device) or not isinstance(verdict, dict):
                 continue
             if verdict.get("verdict") in _VERDICTS_OF_A_CHECK or verdict.get("failures"):
