@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from malformed_results import MALFORMED
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
@@ -113,13 +114,19 @@ def test_asking_for_a_promise_subset_run_is_exit_2(tmp_path, capsys):
 
 
 def test_a_promise_that_already_failed_is_no_regression_and_a_fix_is_reported(tmp_path, capsys):
+    """Not a regression, but the candidate still fails promise 2: its own answer fails the gate."""
     f = [rf.failure("test_zeroed", "not zero", None)]
     baseline = rf.completed("2.14.1", failed={("2", "cpu"): f, ("4", "cpu"): f})
     candidate = rf.completed("2.15.0", failed={("2", "cpu"): f})
-    assert gate(tmp_path, baseline, candidate) == 0
+    assert gate(tmp_path, baseline, candidate) == 1
     out = capsys.readouterr().out
     assert "fixed: promise 4 (Two storages) on cpu: failed (test_zeroed: not zero) -> passed" in out
-    assert "REGRESSION" not in out and f"PASS: all {JUDGED_ON_CPU - 2} promise checks" in out
+    assert "REGRESSION" not in out and "PASS" not in out
+    assert "CANDIDATE NOT CLEAN: promise 2 (Zeroed) on cpu: failed: test_zeroed: not zero" in out.splitlines()
+    assert out.rstrip().splitlines()[-1] == "FAIL: the candidate's own answer is FAILED (1 reason(s) above), whatever the baseline's was"
+    fixed_everything = rf.completed("2.15.0")
+    assert gate(tmp_path, baseline, fixed_everything) == 0
+    assert f"PASS: all {JUDGED_ON_CPU - 2} promise checks" in capsys.readouterr().out
 
 
 def test_a_candidate_that_did_not_complete_is_refused(tmp_path, capsys):
@@ -152,14 +159,28 @@ def test_an_unreadable_file_is_exit_2_naming_it(tmp_path, capsys, problem, side)
     assert len(err) == 1 and str(bad) in err[0] and err[0].startswith("cpugpu-conformance gate: error: ")
 
 
-def test_promise_11_never_fails_the_gate_but_a_change_is_a_warning(tmp_path, capsys):
+def test_promise_11_recording_something_else_is_a_warning_never_a_regression(tmp_path, capsys):
     baseline = rf.completed("2.14.1", observed_11="RuntimeError: no accelerator")
     candidate = rf.completed("2.15.0", observed_11="dropped the hint: not pinned")
-    candidate["promises"]["11"]["devices"]["cpu"]["verdict"] = "failed"  # even a 'failed' record is not judged
     assert gate(tmp_path, baseline, candidate, "--strict") == 0
     out = capsys.readouterr().out
     assert ("WARNING: promise 11 (pin_memory=True with no accelerator (implementation-defined)) on cpu recorded something else: "
-            "recorded (RuntimeError: no accelerator) -> failed (dropped the hint: not pinned) (recorded, not judged)") in out
+            "recorded (RuntimeError: no accelerator) -> recorded (dropped the hint: not pinned) (recorded, not judged)") in out
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_candidate_that_fails_promise_11_never_passes(tmp_path, capsys, strict):
+    """Recorded, not judged against the baseline; but a check of it that failed fails the candidate's own answer."""
+    baseline = rf.completed("2.14.1", observed_11="RuntimeError: no accelerator")
+    candidate = rf.completed("2.15.0", observed_11="dropped the hint: not pinned")
+    candidate["promises"]["11"]["devices"]["cpu"]["verdict"] = "failed"
+    assert gate(tmp_path, baseline, candidate, *(["--strict"] if strict else [])) == 1
+    out = capsys.readouterr().out
+    assert ("recorded (RuntimeError: no accelerator) -> failed (dropped the hint: not pinned) (recorded, not judged)") in out
+    assert [line for line in out.splitlines() if line.startswith("CANDIDATE")] == [
+        "CANDIDATE NOT CLEAN: promise 11 (pin_memory=True with no accelerator (implementation-defined)) on cpu: "
+        "failed: dropped the hint: not pinned"]
+    assert out.rstrip().splitlines()[-1].startswith("FAIL: the candidate's own answer is FAILED (1 reason(s) above)")
 
 
 def test_observation_changes_warn_and_fail_only_with_strict(tmp_path, capsys):
@@ -252,20 +273,21 @@ PRE_FIX = {("3", "cpu"): [rf.failure("test_mutable_outside_inference", "RuntimeE
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_failed_cell_against_itself_is_no_regression_but_says_so(tmp_path, capsys, strict):
-    """The pre-fix class's cell against itself: promise 3 fails in both. Not a regression (exit 0,
-    with or without --strict), but never silent: each promise failing in both is named, the
-    last line counts them, and comparing a file with itself is a warning of its own."""
+    """The pre-fix class's cell against itself: promise 3 fails in both. Not a regression, but
+    the candidate's own answer is FAILED: exit 1, with or without --strict. Each promise failing
+    in both is named, and comparing a file with itself is a warning of its own."""
     path = rf.write(tmp_path, "prefix.json", rf.completed("2.13.0", failed=PRE_FIX))
-    assert gate(tmp_path, path, path, *(["--strict"] if strict else [])) == 0
+    assert gate(tmp_path, path, path, *(["--strict"] if strict else [])) == 1
     out = capsys.readouterr().out
     assert ("STILL FAILING: promise 3 (Mutable wherever they were made) on cpu: failed (test_mutable_outside_inference: "
             "RuntimeError: Inplace update to inference tensor) -> failed (test_mutable_outside_inference: RuntimeError: "
             "Inplace update to inference tensor) (failed in the baseline too: not a regression)") in out
     assert (f"WARNING: the baseline and the candidate are the same file ({path}): "
             "a cell compared with itself shows no change, whatever the torch") in out
+    assert ("CANDIDATE NOT CLEAN: promise 3 (Mutable wherever they were made) on cpu: failed: "
+            "test_mutable_outside_inference: RuntimeError: Inplace update to inference tensor") in out.splitlines()
     assert out.rstrip().splitlines()[-1] == (
-        f"PASS: all {JUDGED_ON_CPU - 1} promise checks that passed in the baseline pass in the candidate; "
-        "1 promise check(s) fail in the baseline and the candidate alike (1 warning(s) above)")
+        "FAIL: the candidate's own answer is FAILED (1 reason(s) above), whatever the baseline's was")
 
 
 def test_a_copy_of_the_same_result_is_a_warning_too(tmp_path, capsys):
@@ -312,3 +334,107 @@ def test_a_made_up_promise_is_one_line_exit_2(tmp_path, capsys):
     assert gate(tmp_path, rf.completed("2.13.0"), path) == 2
     assert errors(capsys) == [f"{path}: not a valid cell result at promises: '99' is not a promise of the contract "
                               f"(1-{len(PROMISES)})"]
+
+
+# --- the candidate's own answer (issue 22): never a pass when it is not clean ---------------------
+
+
+def _unattributed(data):
+    data["unattributed_failures"] = [{"test": "conformance/test_contract.py::TestContract::test_x", "message":
+                                      "E   RuntimeError: boom\nE   in a fixture, outside any promise's check"}]
+
+
+def _errored(data):
+    data["counts"]["errors"] = 2
+
+
+def _fails_11(data):
+    data["promises"]["11"]["devices"]["cpu"] = {"verdict": "failed", "passed": 1, "failed": 1, "skipped": 0,
+                                                "failures": [rf.failure("test_pin_memory", "neither raised nor dropped",
+                                                                        REPRODUCER)]}
+
+
+# case -> (edit of the candidate, the one CANDIDATE NOT CLEAN line it must print)
+NOT_CLEAN = {
+    "unattributed failure": (_unattributed, "conformance/test_contract.py::TestContract::test_x: "
+                                            "E   in a fixture, outside any promise's check"),
+    "tests that errored": (_errored, "2 test(s) errored outside any promise's check"),
+    "promise 11 failed": (_fails_11, "promise 11 (pin_memory=True with no accelerator (implementation-defined)) on cpu: "
+                                     "failed: test_pin_memory: neither raised nor dropped"),
+}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("case", list(NOT_CLEAN))
+@pytest.mark.parametrize("baseline_too", [False, True], ids=["baseline-clean", "baseline-alike"])
+def test_a_candidate_whose_own_answer_is_failed_never_passes(tmp_path, capsys, case, strict, baseline_too):
+    """Issue 22: the gate said exit 0, even with --strict, for these; the baseline failing alike changes nothing."""
+    edit, reason = NOT_CLEAN[case]
+    baseline, candidate = rf.completed("2.14.1"), rf.completed("2.15.0")
+    edit(candidate)
+    if baseline_too:
+        edit(baseline)
+    assert gate(tmp_path, baseline, candidate, *(["--strict"] if strict else [])) == 1
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("CANDIDATE")] == [f"CANDIDATE NOT CLEAN: {reason}"]
+    assert out.rstrip().splitlines()[-1] == (
+        "FAIL: the candidate's own answer is FAILED (1 reason(s) above), whatever the baseline's was")
+    assert "PASS" not in out
+
+
+def test_every_reason_the_candidate_is_not_clean_is_its_own_line(tmp_path, capsys):
+    candidate = rf.completed("2.15.0", failed={("2", "cpu"): [rf.failure("test_zeroed", "not\nzero", None)]})
+    for edit, _ in NOT_CLEAN.values():
+        edit(candidate)
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 1
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("CANDIDATE NOT CLEAN: ")]
+    assert len(lines) == 3, out  # promise 2, promise 11, the unattributed failure (errors then add no line of their own)
+    assert "CANDIDATE NOT CLEAN: promise 2 (Zeroed) on cpu: failed: test_zeroed: zero" in lines
+    assert "REGRESSION 1: promise 2 (Zeroed) on cpu: passed -> failed" in out
+    assert out.rstrip().splitlines()[-1].startswith("FAIL: 1 regression(s)"), "a regression is still named first"
+
+
+def test_a_candidate_with_no_verdict_on_a_device_not_compared_is_no_pass(tmp_path, capsys):
+    """--device cpu compares cpu only; the candidate was asked for cuda too and has no verdict there."""
+    candidate = rf.completed("2.15.0")
+    candidate["requested"]["device"] = "all"
+    candidate["devices"]["cuda"] = {"status": "skipped", "reason": "no CUDA device"}
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate, "--device", "cpu") == 2
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("CANDIDATE NOT CLEAN: ")]
+    assert len(lines) == APPLY_ON_CUDA and all(line.endswith("on cuda: untested: no CUDA device") for line in lines)
+    assert out.rstrip().splitlines()[-1] == (
+        f"NO PASS: the candidate's own answer is UNTESTED ({APPLY_ON_CUDA} reason(s) above): "
+        "nothing to compare where it has no verdict")
+
+
+def test_a_candidate_that_failed_on_a_device_not_compared_never_passes(tmp_path, capsys):
+    baseline = rf.completed("2.14.1", cuda=True)
+    candidate = rf.completed("2.15.0", cuda=True, failed={("10", "cuda"): [rf.failure("test_nonblocking", "stale", None)]})
+    assert gate(tmp_path, baseline, candidate, "--device", "cpu") == 1
+    out = capsys.readouterr().out
+    assert "CANDIDATE NOT CLEAN: promise 10 (Devices) on cuda: failed: test_nonblocking: stale" in out.splitlines()
+
+
+def test_the_gate_help_states_every_exit_code(capsys):
+    assert main(["gate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("exit 0: may upgrade", "1: a regression (with its reproducer), or the candidate's own answer is FAILED",
+                  "2: nothing to compare"):
+        assert words in text, text
+
+
+# --- a file that is not a cell result: one line, exit 2, never the regression code ---------------
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, capsys, case, side):
+    text, key = MALFORMED[case]
+    bad = tmp_path / f"bad-{side}.json"
+    bad.write_text(text, encoding="utf-8")
+    good = rf.completed("2.14.1")
+    assert gate(tmp_path, *((good, bad) if side == "candidate" else (bad, good))) == 2
+    [line] = errors(capsys)
+    assert line.startswith(f"{bad}: not a ") and (key is None or key in line), line

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from malformed_results import MALFORMED
 
 from cpugpu_conformance import results
 from cpugpu_conformance.promises import PROMISES
@@ -87,7 +88,7 @@ def _sparse_huge(d: Path) -> None:
 
 # name -> (file name, how to make it, what the reason says)
 HOSTILE: dict[str, tuple[str, Callable[[Path], None], str]] = {
-    "deeply nested": ("nested.json", lambda d: (d / "nested.json").write_text(_nested(100_000)), "nested too deeply"),
+    "deeply nested": ("nested.json", lambda d: (d / "nested.json").write_text(_nested(90_000)), "nested too deeply"),
     "nested inside observations": ("deep-inside.json", _deep_observation, "nested too deeply"),
     "not UTF-8": ("latin1.json", lambda d: (d / "latin1.json").write_bytes(b'{"cell": "caf\xe9"}'), "not UTF-8"),
     "symlink loop": ("loop.json", lambda d: os.symlink("loop.json", d / "loop.json"), "symbolic link loop"),
@@ -212,13 +213,13 @@ def _hostile_text(megabytes: int) -> str:
 
 def test_escape_sequences_and_megabytes_of_output_never_reach_the_report(results_dir: Path, tmp_path: Path):
     crashed = rf.incomplete("2.15.0", "crashed", "x")
-    crashed["detail"] = f"killed by SIGABRT{CSI_RED}; last lines of the log:\n" + _hostile_text(10)
+    crashed["detail"] = f"killed by SIGABRT{CSI_RED}; last lines of the log:\n" + _hostile_text(2)
     failing = rf.completed("2.14.1", failed={("3", "cpu"): [rf.failure("test_mutable", "x", "import torch\n")]})
-    failing["promises"]["3"]["devices"]["cpu"]["failures"][0]["message"] = _hostile_text(10)
+    failing["promises"]["3"]["devices"]["cpu"]["failures"][0]["message"] = _hostile_text(2)
     # Written raw (json escapes ESC as \u001b, which loads back as ESC): rf.write would clean it first.
     for name, result in (("crashed.json", crashed), ("failing.json", failing)):
         (results_dir / name).write_text(json.dumps(result), encoding="utf-8")
-        assert (results_dir / name).stat().st_size > 10_000_000
+        assert 2_000_000 < (results_dir / name).stat().st_size <= results.MAX_FILE_BYTES
     out = tmp_path / "out"
     proc = run_report(results_dir, out)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -231,3 +232,74 @@ def test_escape_sequences_and_megabytes_of_output_never_reach_the_report(results
     data = json.loads(files["compat.json"])
     detail = next(c["detail"] for c in data["cells"] if c["cell"] == "torch-2.15.0")
     assert detail.startswith("[... ") and detail.endswith("tensor differs at index 7\n")
+
+
+# --- files that are not cell results (issue 22): one line each, never a traceback -------------------
+
+
+def test_every_malformed_file_is_skipped_in_one_line_naming_it_and_the_key(results_dir: Path, tmp_path: Path):
+    """Each case of malformed_results, as a file of its own in one folder (one report run for them all)."""
+    names = {f"bad-{i}.json": case for i, case in enumerate(MALFORMED)}
+    for name, case in names.items():
+        (results_dir / name).write_text(MALFORMED[case][0], encoding="utf-8")
+    out = tmp_path / "out"
+    proc = run_report(results_dir, out)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line]
+    assert len(lines) == len(names), lines
+    for name, case in names.items():
+        [warning] = [line for line in lines if line.startswith(f"cpugpu-conformance report: warning: skipped {name}: ")]
+        key = MALFORMED[case][1]
+        assert warning.startswith(f"cpugpu-conformance report: warning: skipped {name}: not a "), (case, warning)
+        assert key is None or key in warning, (case, warning)
+    data = json.loads(outputs(out)["compat.json"])
+    assert [c["cell"] for c in data["cells"]] == ["torch-2.13.0"]
+    assert sorted(s["file"] for s in data["skipped_files"]) == sorted(names)
+
+
+@pytest.mark.parametrize("case", ["a string", "an array", "promises an array", "an unknown top-level key"])
+def test_a_folder_of_only_malformed_files_is_exit_2_naming_each_and_writes_nothing(tmp_path: Path, case: str):
+    """Issue 22: `"x"` gave a traceback and wrote nothing; now each file is named and the report refused."""
+    text, key = MALFORMED[case]
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text(text, encoding="utf-8")
+    proc = run_report(folder, tmp_path / "out")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line.split(": ")[2].removeprefix("skipped ") for line in lines[:2]] == ["a.json", "b.json"]
+    assert all(key is None or key in line for line in lines[:2]), lines
+    assert lines[2:] == [f"cpugpu-conformance report: error: no valid result files in {folder} (2 skipped as invalid)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_compat_json_carries_only_what_the_schema_defines(results_dir: Path, tmp_path: Path):
+    """Every key of a cell in compat.json is one the cell-result schema defines (the report adds its own few),
+    at every level the schema names the keys: nothing a hand-made file adds is published."""
+    failing = rf.completed("2.14.1", failed={("3", "cpu"): [rf.failure("test_mutable", "refused", "import torch\n")]})
+    failing["unattributed_failures"] = [rf.failure("test_x", "boom", None)]
+    rf.write(results_dir, "torch-2.14.1.json", failing)
+    padded = json.loads(json.dumps(failing))
+    padded["promises"]["3"]["devices"]["cpu"]["failures"][0]["padding"] = "P" * 1000
+    padded["promises"]["3"]["devices"]["cpu"]["padding"] = "P" * 1000
+    (results_dir / "padded-inside.json").write_text(json.dumps(padded), encoding="utf-8")
+    (results_dir / "padded-top.json").write_text(json.dumps(dict(failing, padding="P" * 1000)), encoding="utf-8")
+    out = tmp_path / "out"
+    proc = run_report(results_dir, out)
+    assert proc.returncode == 0
+    assert sorted(json.loads(outputs(out)["compat.json"])["generated_from"]) == ["torch-2.13.0.json", "torch-2.14.1.json"]
+    assert "PPPP" not in "".join(outputs(out).values()), "what the schema does not define was published"
+    assert len(warning_lines(proc)) == 2 and all("padding" in line for line in warning_lines(proc))
+    cell_schema = results.schema()
+    added = {"source", "release", "devices_shown", "duplicate", "answer", "marks"}
+    for cell in json.loads(outputs(out)["compat.json"])["cells"]:
+        assert set(cell) - added <= set(cell_schema["properties"]), set(cell) - added - set(cell_schema["properties"])
+        verdict_keys = set(cell_schema["$defs"]["promise_on_device"]["properties"])
+        failure_keys = set(cell_schema["$defs"]["failure"]["properties"])
+        for promise in cell.get("promises", {}).values():
+            assert set(promise) <= {"title", "devices"}
+            for verdict in promise["devices"].values():
+                assert set(verdict) <= verdict_keys
+                assert all(set(f) <= failure_keys for f in verdict.get("failures", []))
+        assert all(set(f) <= failure_keys for f in cell.get("unattributed_failures", []))

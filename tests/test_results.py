@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from malformed_results import MALFORMED
 
 from cpugpu_conformance import results
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
@@ -212,7 +213,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:
         fh.truncate(200 * 1024 * 1024)  # sparse: costs no disk
-    assert "over the 16,777,216-byte limit" in load_error(huge)
+    assert f"over the {results.MAX_FILE_BYTES:,}-byte limit" in load_error(huge)
 
 
 def test_not_utf8(tmp_path):
@@ -223,7 +224,7 @@ def test_not_utf8(tmp_path):
 
 def test_deep_nesting(tmp_path):
     path = tmp_path / "deep.json"
-    path.write_text("[" * 100_000 + "]" * 100_000)
+    path.write_text("[" * 90_000 + "]" * 90_000)  # fewer values than MAX_VALUES: the depth is what is refused
     assert load_error(path).endswith("nested too deeply")
 
 
@@ -323,11 +324,11 @@ def test_long_text_is_cut_with_a_note():
 
 
 def test_loaded_results_are_clean_and_bounded(tmp_path):
-    data = dict(rf.incomplete("2.13.0", "crashed", "?"), detail="\x1b[1mboom\x1b[0m\n" + "y" * 10_000_000 + "\nlast line")
+    data = dict(rf.incomplete("2.13.0", "crashed", "?"), detail="\x1b[1mboom\x1b[0m\n" + "y" * 3_000_000 + "\nlast line")
     path = tmp_path / "c.json"
     path.write_text(json.dumps(data))
     detail = CellResult.load(path).detail
-    assert detail.startswith("[... 9,980,") and detail.endswith("last line") and "\x1b" not in detail
+    assert detail.startswith("[... 2,980,") and detail.endswith("last line") and "\x1b" not in detail
     assert len(detail) < results.DETAIL_LIMIT + 100
 
 
@@ -352,11 +353,240 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
     path = tmp_path / "cell.json"
     code = f"import os\nfrom cpugpu_conformance import results\nwith results.exclusive({str(path)!r}): os._exit(9)"
     subprocess.run([sys.executable, "-c", code], timeout=60)
+    lock = results.lock_path(path)
+    assert lock.read_text().startswith("pid "), "the killed run left its lock file behind"
+    with results.exclusive(path):  # stale: removed, and made anew
+        assert lock.read_text().startswith(f"pid {os.getpid()}, since ")
+    assert not lock.exists()
+
+
+def test_a_stale_lock_left_by_any_process_is_removed_and_made_anew(tmp_path):
+    """A regular lock file of one name and a line of text that nobody holds: what a killed run leaves."""
+    path = tmp_path / "cell.json"
+    lock = results.lock_path(path)
+    lock.write_text("held")
+    before = os.stat(lock).st_ino
     with results.exclusive(path):
-        pass
+        assert lock.read_text().startswith(f"pid {os.getpid()}, since ")
+        assert os.stat(lock).st_ino != before or lock.read_text() != "held"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _precious(tmp_path: Path) -> Path:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    return precious
+
+
+def _planted(tmp_path: Path, kind: str) -> tuple[Path, Path | None]:
+    """Something planted at the lock path of tmp_path/cell.json, and the file it could harm."""
+    lock = results.lock_path(tmp_path / "cell.json")
+    if kind == "hard link":
+        precious = _precious(tmp_path)
+        os.link(precious, lock)
+        return lock, precious
+    if kind == "symbolic link":
+        precious = _precious(tmp_path)
+        lock.symlink_to(precious)
+        return lock, precious
+    if kind == "dangling symbolic link":  # O_CREAT through it would make a file outside the folder
+        outside = tmp_path / "elsewhere" / "made-through-the-link"
+        outside.parent.mkdir()
+        lock.symlink_to(outside)
+        return lock, outside
+    if kind == "FIFO":
+        os.mkfifo(lock)
+        return lock, None
+    if kind == "directory":
+        lock.mkdir()
+        return lock, None
+    if kind == "large regular file":  # a file someone moved there: more than a lock line
+        lock.write_text("keep me\n" * 1000)
+        return lock, lock
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["hard link", "symbolic link", "dangling symbolic link", "FIFO", "directory",
+                                  "large regular file"])
+def test_whatever_is_planted_at_the_lock_path_is_refused_in_one_line_and_left_untouched(tmp_path, kind):
+    lock, harmed = _planted(tmp_path, kind)
+    before = os.lstat(lock)
+    content = harmed.read_bytes() if harmed is not None and harmed.exists() else None
+    with pytest.raises(results.NotRegularFile) as refused:
+        with results.exclusive(tmp_path / "cell.json"):
+            pytest.fail("the lock was taken")
+    message = str(refused.value)
+    assert message.startswith(f"{lock}: the lock file ") and message.endswith("remove it") and "\n" not in message
+    after = os.lstat(lock)
+    assert (after.st_ino, after.st_mode, after.st_nlink, after.st_size) == \
+           (before.st_ino, before.st_mode, before.st_nlink, before.st_size), "what was refused was changed"
+    if kind == "dangling symbolic link":
+        assert not harmed.exists(), "a file was made through the link"
+    elif harmed is not None:
+        assert harmed.read_bytes() == content
+    assert not (tmp_path / "cell.json").exists()
+
+
+def test_a_hard_link_at_the_lock_path_of_a_suite_run_is_refused_and_its_target_kept(tmp_path):
+    """Issue 22: `ln precious.txt .r.json.lock`, then the suite with --cpugpu-cell-result=r.json."""
+    lock, precious = _planted(tmp_path, "hard link")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(root / "conformance"), "--impl", "cpugpu_conformance.reference:CpuGpuBuffer",
+         f"--cpugpu-cell-result={tmp_path / 'cell.json'}", "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"{lock}: the lock file has 2 names (a hard link to another file?)" in proc.stdout + proc.stderr
+    assert precious.read_text() == "keep me\n" and os.stat(precious).st_nlink == 2
+    assert not (tmp_path / "cell.json").exists()
+
+
+def test_a_held_lock_is_never_removed_as_stale(tmp_path):
+    """A lock whose holder lives is busy, whatever its file looks like; its file is left as it is."""
+    path = tmp_path / "cell.json"
+    code = ("import sys, time\nfrom cpugpu_conformance import results\n"
+            f"with results.exclusive({str(path)!r}):\n    print('held', flush=True)\n    sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        lock = results.lock_path(path)
+        before = lock.read_text()
+        for _ in range(3):
+            with pytest.raises(results.ResultPathBusy) as refused:
+                with results.exclusive(path):
+                    pytest.fail("a held lock was taken")
+            assert f"(pid {holder.pid}, since " in str(refused.value)
+        assert lock.read_text() == before
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0 and not results.lock_path(path).exists()
 
 
 def test_the_placeholder_is_never_a_pass(tmp_path):
     placeholder = results.placeholder("torch-2.13.0-cpu", requested={"device": "cpu"})
     assert placeholder.status == "interrupted" and not placeholder.answer().clean
     assert "did not finish: it was killed, or is still running" in placeholder.detail
+
+
+# ----------------------------------------------------------------------------- malformed files (issue 22)
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_file_is_one_line_naming_it_and_the_key(tmp_path, case):
+    text, key = MALFORMED[case]
+    path = tmp_path / "bad.json"
+    path.write_text(text, encoding="utf-8")
+    message = load_error(path)
+    assert message.startswith(f"{path}: not a ") and "\n" not in message and (key is None or key in message), message
+
+
+@pytest.mark.parametrize("value", ["x", [], 3, None, True, ("a", "b")])
+def test_a_result_made_of_what_is_not_a_mapping_is_a_result_file_error(value):
+    with pytest.raises(ResultFileError, match="not a cell result: the JSON is "):
+        CellResult(value, "<made>")
+
+
+def test_an_unknown_top_level_key_is_refused_without_jsonschema_too(monkeypatch):
+    """The top level is checked by the model itself: a minimal environment (no jsonschema) refuses it as well."""
+    from cpugpu_conformance.results import model
+
+    monkeypatch.setattr(model, "_check_schema", lambda data, source, name="cell-result": None)
+    with pytest.raises(ResultFileError, match="unknown key 'padding' at the top level"):
+        CellResult(dict(rf.completed("2.13.0"), padding=[0] * 10), "<made>")
+    with pytest.raises(ResultFileError, match="the JSON is a string"):
+        CellResult("x", "<made>")
+
+
+def test_the_verdicts_the_model_knows_are_the_schemas_waived_and_known_failure_included():
+    enum = results.schema()["$defs"]["promise_on_device"]["properties"]["verdict"]["enum"]
+    assert enum == list(results.VERDICTS)
+    assert {"waived", "known_failure"} <= set(enum)
+    for verdict in ("waived", "known_failure"):
+        data = rf.completed("2.13.0")
+        data["promises"]["3"]["devices"]["cpu"] = {"verdict": verdict, "passed": 0, "failed": 0, "skipped": 1,
+                                                   "reason": "opted out"}
+        CellResult(data)  # validates
+
+
+def test_counting_values_matches_the_parser():
+    def parsed(value):
+        if isinstance(value, dict):
+            return 1 + sum(parsed(v) for v in value.values())
+        if isinstance(value, list):
+            return 1 + sum(parsed(v) for v in value)
+        return 1
+
+    for value in [{}, [], "x", 3, {"a": [1, 2, "x,y[{\\\"]"]}, {"a": {"b": [[], {}, None]}}, rf.completed("2.13.0")]:
+        text = json.dumps(value).encode()
+        # a value per comma, bracket and brace: one more than the parser's count per non-empty container's last item
+        assert parsed(value) <= results.count_values(text) <= 2 * parsed(value), value
+
+
+def _loud(failures: int, text: str) -> dict:
+    return rf.completed("2.13.0", failed={("1", "cpu"): [rf.failure(f"test_{i}", text, "import torch\n" + text)
+                                                         for i in range(failures)]})
+
+
+def test_a_result_too_large_for_a_reader_is_cut_to_fit_when_written(tmp_path):
+    """Wide characters in every message: more bytes than the cap. The texts are cut, never the verdicts."""
+    loud = CellResult(_loud(120, "\U0001f4a5" * 30_000 + "\nlast line"))
+    assert len(json.dumps(loud.to_json(), ensure_ascii=False).encode()) > results.MAX_FILE_BYTES
+    path = loud.write(tmp_path / "loud.json")
+    assert path.stat().st_size <= results.MAX_FILE_BYTES
+    again = CellResult.load(path)
+    assert again.answer().kind == "failed" and again.answer().counts == loud.answer().counts
+    failures = again.entry("1", "cpu")["failures"]
+    assert len(failures) == 120 and all("characters cut" in f["message"] for f in failures)
+    assert failures[0]["message"].startswith("\U0001f4a5")
+
+
+def test_a_result_with_too_many_values_for_a_reader_keeps_the_first_failures(tmp_path):
+    many = CellResult(_loud(30_000, "x"))
+    assert results.count_values(json.dumps(many.to_json()).encode()) > results.MAX_VALUES
+    path = many.write(tmp_path / "many.json")
+    again = CellResult.load(path)
+    failures = again.entry("1", "cpu")["failures"]
+    assert len(failures) == 21 and failures[-1]["message"].startswith("29,980 more failures cut")
+    assert again.entry("1", "cpu")["failed"] == 30_000 and again.answer().kind == "failed"
+
+
+def test_a_result_that_fits_is_written_whole(tmp_path):
+    loud = CellResult(_loud(3, "y" * 15_000))
+    again = CellResult.load(loud.write(tmp_path / "c.json"))
+    assert again == loud
+
+
+def test_the_loudest_failing_run_writes_a_file_every_reader_reads(tmp_path):
+    """Every test raising 80 kB of 4-byte characters (the most bytes a kept character takes): the
+    suite's own file is cut to fit the cap, and the rest of the tooling reads it."""
+    from suite_runner import TESTS, run_suite
+
+    run = run_suite(tmp_path, "--impl", f"{TESTS / 'loud_impls.py'}:RaisesWide", "--device", "cpu")
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    path = tmp_path / "cell.json"
+    assert path.stat().st_size <= results.MAX_FILE_BYTES
+    loaded = CellResult.load(path)
+    assert loaded.answer().kind == "failed"
+    assert any("characters cut" in f["message"] for _, _, out in loaded.outcomes() for f in out.failures)
+
+
+@pytest.mark.parametrize("promise, device", [("10", "cpu"), ("11", "cuda")])
+@pytest.mark.parametrize("verdict", ["passed", "failed", "recorded", "known_failure"])
+def test_a_verdict_where_the_contract_says_a_promise_does_not_apply_is_refused(promise, device, verdict):
+    """The rule reads such a pair as not applicable whatever it says: a failure there would be hidden."""
+    data = rf.completed("2.13.0", cuda=True)
+    data["promises"][promise]["devices"][device] = {"verdict": verdict, "passed": 1, "failed": 0, "skipped": 0}
+    with pytest.raises(ResultFileError, match=f"at promises/{promise}/devices/{device}: it records a verdict of "
+                                              f"promise {promise} on {device} \\({verdict}\\), where the contract says"):
+        CellResult(data)
+
+
+def test_not_applicable_with_the_counts_of_a_test_that_ran_anyway_is_accepted():
+    """What the suite writes when a test of several promises ran on a device one of them skips: its
+    counts stay with the not-applicable entry, its failure goes to unattributed_failures and fails the cell."""
+    data = rf.completed("2.13.0")
+    data["promises"]["10"]["devices"]["cpu"] = {"verdict": "not_applicable", "reason": "promise 10 is about cuda",
+                                                "passed": 2, "failed": 1, "skipped": 0}
+    data["unattributed_failures"] = [rf.failure("test_copies[cpu]", "stale", None)]
+    result = CellResult(data)
+    assert result.outcome("10", "cpu").kind == "not_applicable" and result.answer().kind == "failed"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
+from malformed_results import MALFORMED
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
@@ -30,7 +31,7 @@ def test_a_made_up_promise_that_passed_is_never_clean(tmp_path: Path, capsys) ->
     forged["promises"]["99"] = {"title": "Made up", "devices": {"cpu": {"verdict": "passed", "passed": 5}}}
     path = tmp_path / "torch-2.13.0-cpu.json"
     path.write_text(json.dumps(forged), encoding="utf-8")
-    assert main(["summary", str(tmp_path)]) == 1
+    assert main(["summary", str(tmp_path)]) == 2  # not a cell result: bad input
     out = capsys.readouterr().out
     assert f"torch-2.13.0-cpu: {path}: not a valid cell result at promises: '99' is not a promise of the contract " \
            f"(1-{len(PROMISES)})" in out.splitlines()
@@ -99,3 +100,27 @@ def test_hidden_files_are_not_cells(tmp_path: Path, capsys) -> None:
     (tmp_path / ".torch-2.14.1-cpu.json").write_text("{", encoding="utf-8")
     assert main(["summary", str(tmp_path)]) == 0
     assert [row.cell for row in summary.summarize(tmp_path)] == ["torch-2.13.0-cpu"]
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_file_is_its_row_and_one_line_naming_it_exit_2(tmp_path: Path, capsys, case: str) -> None:
+    """Issue 22: any JSON that is not an object, wrong types anywhere: one line, exit 2, never a traceback."""
+    text, key = MALFORMED[case]
+    rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    bad = tmp_path / "torch-2.14.1-cpu.json"
+    bad.write_text(text, encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    lines = captured.out.splitlines()
+    [row] = [line for line in lines if line.startswith("torch-2.14.1-cpu ")]
+    assert row.split()[1:4] == ["2.14.1", "cpu", "UNREADABLE"]
+    [why] = [line for line in lines if line.startswith("torch-2.14.1-cpu: ")]
+    assert why.startswith(f"torch-2.14.1-cpu: {bad}: not a ") and (key is None or key in why), why
+    assert lines[-1] == "2 cells, 1 clean, 1 not (counts are promise x device outcomes)"
+
+
+def test_a_missing_cell_is_still_exit_1_not_bad_input(tmp_path: Path, capsys) -> None:
+    rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    assert main(["summary", str(tmp_path), "--cells", "torch-2.13.0-cpu,torch-2.14.1-cpu"]) == 1
+    assert "torch-2.14.1-cpu: " in capsys.readouterr().out

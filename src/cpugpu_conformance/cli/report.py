@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
     except ReportError as exc:
+        for line in warnings(Collected([], exc.skipped)):  # each file left out, named with its reason
+            print(f"{PROG}: warning: {line}", file=sys.stderr)
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     for line in warnings(got):

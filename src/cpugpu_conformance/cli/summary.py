@@ -3,7 +3,9 @@
 One row per cell (the cells named, a missing result file included, else every result file
 in RESULTS_DIR), one line per cell that is not clean saying why. Exit 0 only when every
 cell is clean, 1 otherwise, 2 when there is nothing to summarize or for bad input (an
-empty RESULTS_DIR, a --cells name that is not a plain name: ../x would read elsewhere).
+empty RESULTS_DIR, a --cells name that is not a plain name: ../x would read elsewhere, a
+result file that is not a cell result: malformed, unreadable, not a regular file; its
+row is UNREADABLE and its line names the file and the key).
 A ``--no-answer`` cell (nox names each cell whose command ended before writing its answer)
 is a NO RESULT row whatever file is at its path: an earlier run's pass is never its answer.
 """
@@ -14,10 +16,11 @@ import argparse
 
 from cpugpu_conformance import output
 from cpugpu_conformance.cli.common import PathArgument, default_results, error
+from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.report import summary
 
 PROG = "summary"
-HELP = "table of the cells' answers; exit 1 unless every cell is clean"
+HELP = "table of the cells' answers; exit 1 unless every cell is clean, 2 for a file that is not a cell result"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         return error(PROG, f"{folder}: no result files")
     output.say(summary.format_summary(rows))
-    return 0 if all(r.clean for r in rows) else 1
+    if any(r.answer == summary.UNREADABLE for r in rows):
+        return ExitCode.USAGE  # bad input, as the table's line for it says: never read as a cell's answer
+    return ExitCode.OK if all(r.clean for r in rows) else ExitCode.FAILED

@@ -2,22 +2,29 @@
 
 ``cpugpu-conformance gate --baseline FILE --candidate FILE [--device D] [--strict]`` (cli/gate.py)
 
-The gate compares verdicts and nothing else (``results.diff``). Exit codes:
+The gate compares verdicts (``results.diff``), and judges the candidate's own answer by the
+result rule (``CellResult.answer``: the one rule summary and report use): a candidate that is
+not clean never passes, whatever the baseline did. Exit codes:
   0  every promise that passed in the baseline passes in the candidate, on every device
-     compared (warnings may be printed);
-  1  a promise regressed (passed in the baseline, failed in the candidate), or, with
-     --strict, the observed torch behaviour changed;
-  2  nothing to compare: a result file is missing or unreadable, a cell did not complete
-     (crashed, timed out, interrupted, not installed, wrong torch, error), either cell
-     has no verdict (skipped, missing, never ran) for a promise on a device the gate is
-     asked about, or the baseline passed no judged promise at all (nothing could
-     regress). Each such gap is named on its own line. Never a pass.
+     compared, and the candidate's own answer is clean (warnings may be printed);
+  1  a promise regressed (passed in the baseline, failed in the candidate), each with its
+     reproducer; or the candidate's own answer is FAILED (a failed promise on any device it
+     tested, promises 10 and 11 included; a failure outside any promise's check; a test
+     that errored), even where the baseline failed the same way: each reason is one
+     CANDIDATE NOT CLEAN line; or, with --strict, the observed torch behaviour changed;
+  2  nothing to compare, never a pass: a result file is missing, unreadable or not a cell
+     result (one line naming the file and the key), a cell did not complete (crashed,
+     timed out, interrupted, not installed, wrong torch, error), either cell has no
+     verdict (skipped, missing, never ran) for a promise on a device the gate is asked
+     about, the baseline passed no judged promise at all (nothing could regress), or the
+     candidate's own answer is UNTESTED (a promise it was asked about has no verdict, on a
+     device not compared too). Each such gap is named on its own line.
 
 The devices compared are those given with --device, else every device the baseline
 was asked to test. Promise 11 is recorded, never judged: a change in what it recorded
 is a warning only. A promise that fails in the baseline and the candidate alike is no
 regression, with or without --strict, but each is named (STILL FAILING) and counted in
-the last line; a baseline and candidate that are one file (or equal results) get a
+the last line (the candidate's answer then fails the gate); a baseline and candidate that are one file (or equal results) get a
 warning. Observed torch behaviour is compared only between cells that ran on the same
 kind of machine (no accelerator, or which GPU: the result's environment says): across
 kinds the gate says so in one warning and counts no change, with or without --strict.
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import os
 
-from ..results import CellResult, Comparison, one_line
+from ..results import Answer, CellResult, Comparison, one_line
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -55,13 +62,24 @@ def same_result(baseline: CellResult, candidate: CellResult) -> str | None:
     return None
 
 
-def fails(cmp: Comparison, strict: bool) -> bool:
-    """A comparable pair the gate fails: a regression, or (--strict) a change in observed behaviour."""
-    return bool(cmp.regressions or (strict and cmp.observation_changes))
+def fails(cmp: Comparison, strict: bool, answer: Answer | None = None) -> bool:
+    """A comparable pair the gate fails (exit 1): a regression, a candidate whose own answer
+    (``answer``) is FAILED, or (--strict) a change in observed behaviour."""
+    failed = answer is not None and answer.kind == "failed"
+    return bool(cmp.regressions or failed or (strict and cmp.observation_changes))
 
 
-def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparison, strict: bool) -> str:
-    """The gate's report for a comparable pair, in plain text for CI logs."""
+def unanswered(answer: Answer) -> bool:
+    """A candidate whose own answer is neither clean nor FAILED (untested): no pass, nothing to
+    compare (exit 2) unless something else fails the gate."""
+    return not answer.clean and answer.kind != "failed"
+
+
+def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparison, strict: bool,
+                      answer: Answer | None = None) -> str:
+    """The gate's report for a comparable pair, in plain text for CI logs; ``answer`` is the
+    candidate's own (``candidate.answer()`` when not given)."""
+    answer = candidate.answer() if answer is None else answer
     out = [f"baseline:  {_describe(baseline)}", f"candidate: {_describe(candidate)}",
            f"compared devices: {', '.join(cmp.devices)}"]
     for i, reg in enumerate(cmp.regressions, 1):
@@ -87,10 +105,18 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
         notes.append(f"WARNING: {cmp.observations_not_compared}")
     if notes:
         out += ["", *notes]
+    if not answer.clean:
+        out += ["", *(f"CANDIDATE NOT CLEAN: {one_line(line)}" for line in answer.lines)]
 
     out.append("")
+    reasons = f"{len(answer.lines)} reason(s) above"
     if cmp.regressions:
         out.append(f"FAIL: {len(cmp.regressions)} regression(s) out of {cmp.checked} promise checks that passed in the baseline")
+    elif answer.kind == "failed":
+        out.append(f"FAIL: the candidate's own answer is FAILED ({reasons}), whatever the baseline's was")
+    elif unanswered(answer):
+        out.append(f"NO PASS: the candidate's own answer is {answer.kind.upper().replace('_', ' ')} ({reasons}): "
+                   "nothing to compare where it has no verdict")
     elif fails(cmp, strict):
         out.append(f"FAIL (--strict): {len(cmp.observation_changes)} change(s) in observed torch behaviour")
     else:

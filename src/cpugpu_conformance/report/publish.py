@@ -20,7 +20,15 @@ from ..results import one_line
 
 
 class ReportError(Exception):
-    """The report cannot be made at all (no results, unwritable output): exit 2."""
+    """The report cannot be made at all (no results, unwritable output): exit 2.
+
+    ``skipped``: the result files left out on the way ({"file", "reason"} each), so that a
+    folder whose every file is malformed still names each culprit, one line each.
+    """
+
+    def __init__(self, message: str, skipped: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.skipped = list(skipped or ())
 
 
 class _Blocked(OSError):

@@ -120,7 +120,7 @@ def collect(results_dir: Path, out_dir: Path | None = None) -> Collected:
             reason = str(exc).removeprefix(f"{path}: ")
             skipped.append({"file": one_line(path.name), "reason": one_line(reason, 400)})
     if not loaded:
-        raise ReportError(f"no valid result files in {one_line(results_dir)} ({len(skipped)} skipped as invalid)")
+        raise ReportError(f"no valid result files in {one_line(results_dir)} ({len(skipped)} skipped as invalid)", skipped)
     return Collected(view.mark_cells(loaded), skipped)
 
 

@@ -14,6 +14,8 @@ from typing import Any
 from cpugpu_conformance import results
 
 SUMMARY_COUNTS = ("passed", "failed", "untested", "recorded")
+# The answer of a row whose file is there but is not a cell result (malformed, not JSON, a FIFO...).
+UNREADABLE = "unreadable"
 
 
 @dataclass
@@ -50,7 +52,7 @@ def _row_without_result(name: str, path: Path, error: results.ResultFileError) -
     named = re.fullmatch(r"(?:installed-)?torch-(.+)-(\w+)", name)  # what the cell would have been
     torch, device = named.groups() if named else ("?", "?")
     missing = not path.exists() and not path.is_symlink()
-    return Row(name, torch, device, "no_result" if missing else "unreadable", {}, None, False, str(error))
+    return Row(name, torch, device, "no_result" if missing else UNREADABLE, {}, None, False, str(error))
 
 
 def check_cell_name(name: str) -> str:

@@ -4,7 +4,8 @@
              schemas/cell-result.schema.json), placeholder, machine_kind, release_key
     rule     Outcome, Answer: a promise passed on a device only when a check of it ran and held
     compare  diff(baseline, candidate) -> Comparison; observation changes
-    files    safe reading (ResultFileError), atomic writing, the lock (exclusive), now()
+    files    safe reading (ResultFileError; the caps MAX_FILE_BYTES, MAX_VALUES), atomic writing,
+             the lock (exclusive), now()
     text     cleaning text from another machine: clean_text, one_line, first_line, last_line
 
 Everything that writes or reads a result file goes through this package; ``from
@@ -25,10 +26,12 @@ from .compare import (
 )
 from .files import (
     MAX_FILE_BYTES,
+    MAX_VALUES,
     NotRegularFile,
     ResultFileError,
     ResultPathBusy,
     check_writable,
+    count_values,
     exclusive,
     json_of,
     lock_path,
@@ -47,6 +50,7 @@ from .model import (
     UNKNOWN_MACHINE,
     VERDICTS,
     CellResult,
+    fit,
     machine_kind,
     placeholder,
     promise_order,
@@ -59,10 +63,10 @@ from .rule import NOT_ASKED_KINDS, VERDICT_KINDS, Answer, Outcome
 from .text import DETAIL_LIMIT, SHORT_LIMIT, TEXT_LIMIT, clean_text, first_line, last_line, one_line
 
 __all__ = [
-    "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MISSING", "NOT_ASKED_KINDS",
+    "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "MISSING", "NOT_ASKED_KINDS",
     "NO_ACCELERATOR", "SCHEMA_ID", "SCHEMA_VERSION", "SHORT_LIMIT", "TEXT_LIMIT", "UNKNOWN_MACHINE", "VERDICTS",
     "VERDICT_KINDS", "Answer", "CellResult", "Change", "Comparison", "NotRegularFile", "Outcome", "ResultFileError",
-    "ResultPathBusy", "check_writable", "clean_text", "diff", "exclusive", "first_line", "json_of", "last_line",
+    "ResultPathBusy", "check_writable", "clean_text", "count_values", "diff", "exclusive", "fit", "first_line", "json_of", "last_line",
     "lock_path", "machine_kind", "now", "observation_changes", "observation_key",
     "observation_text", "one_line", "placeholder", "promise_order", "read_regular_file", "release_key", "schema",
     "validate", "value_changes", "write_atomic", "write_json_atomic", "write_text_atomic",

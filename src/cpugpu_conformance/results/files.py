@@ -13,14 +13,30 @@ import datetime
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# A result file is a few hundred KB; anything near this is not one.
-MAX_FILE_BYTES = 16 * 1024 * 1024
+from .text import first_line, one_line
+
+# The largest result files a failing run writes, measured (issue 22; the shipped suite, ci
+# profile, torch 2.13 on a CPU-only machine, 59 tests; a GPU machine runs about twice as many):
+#   the reference class, every promise passing            39 kB   875 JSON values
+#   a class breaking every promise (failures, reproducers) 228 kB 1,110 values
+#   a class raising a 100 kB message in every call        1.2 MB  (messages cut to 20,000 characters)
+#   the same with 4-byte UTF-8 characters                 4.6 MB  (the most bytes a kept character takes)
+# So about 2.5 MB for the loudest ASCII failures on a GPU machine: 4 MiB leaves 1.6x over that
+# and 8x over a GPU run that breaks every promise. A result that would not fit (wide characters,
+# a team's parametrized suite) is cut to fit when written (model.fit), so every file the tools
+# write, they can read; a reader's memory is bounded by the cap, not by what a file claims.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+# JSON values (objects, arrays, strings, numbers...) in a result: about 2,300 on a GPU machine
+# for a failing run. A file of many tiny values costs a reader ~100 bytes of memory per byte
+# read, so they are counted, and refused over this, before anything is parsed.
+MAX_VALUES = 100_000
 
 
 class ResultFileError(Exception):
@@ -77,8 +93,16 @@ def _kind_of(mode: int) -> str:
     return "not a plain file"
 
 
-def json_of(data: bytes, source: str | os.PathLike[str]) -> Any:
-    """Parse UTF-8 JSON bytes, turning every way it can fail into one ResultFileError line."""
+def json_of(data: bytes, source: str | os.PathLike[str], *, max_values: int = MAX_VALUES) -> Any:
+    """Parse UTF-8 JSON bytes, turning every way it can fail into one ResultFileError line.
+
+    More than ``max_values`` values is refused before parsing: the memory a parse takes is
+    bounded by the size cap and this, not by how small the values a file packs are.
+    """
+    values = count_values(data)
+    if values > max_values:
+        raise ResultFileError(f"{source}: not a cell result: {values:,} JSON values, over the {max_values:,} "
+                              "a result can have")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -91,6 +115,17 @@ def json_of(data: bytes, source: str | os.PathLike[str]) -> Any:
         raise ResultFileError(f"{source}: not a cell result: nested too deeply") from None
     except ValueError as exc:
         raise ResultFileError(f"{source}: not strict JSON: {exc}") from None
+
+
+# A JSON string, escapes included (the unrolled form: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def count_values(data: bytes) -> int:
+    """About how many values JSON bytes hold (each comma, array and object outside strings), counted
+    without parsing: a few milliseconds a megabyte, and no more memory than the bytes."""
+    bare = _JSON_STRING.sub(b"", data)
+    return bare.count(b",") + bare.count(b"[") + bare.count(b"{") + 1
 
 
 def _refuse_constant(name: str) -> Any:
@@ -170,67 +205,142 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
 def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold ``.<name>.lock`` beside the result file for the whole run; a second run refuses.
 
-    The lock is an flock, so a killed run releases it with its process; the lock file is
-    removed on the way out.
+    The lock file is made new (O_CREAT|O_EXCL|O_NOFOLLOW): never opened through a link or
+    truncated, so nothing planted at its name (a hard or symbolic link to a file someone
+    keeps, a FIFO, a device) is ever written. Its holder keeps an flock on it, which a killed
+    run releases with its process; the lock file is removed on the way out. One left behind
+    by a killed run is stale: it is removed only when it is provably ours and unheld (see
+    ``_remove_if_stale``), else the run refuses in one line naming it.
     """
-    import fcntl
-
     path = Path(path)
     check_writable(path)  # nothing, not even the lock, beside a path no writer may replace
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_path(path)
-    while True:
-        fd = _open_lock(lock)
+    fd = _take_lock(path, lock)
+    try:
+        yield path
+    finally:
+        _release_lock(lock, fd)
+
+
+# A lock file holds one line ("pid N, since <time>"); a regular file much larger is not one.
+_LOCK_MAX_BYTES = 4096
+# Attempts at making the lock while other runs race to make or clear it; each loses only to
+# a run that made progress, so a few are plenty.
+_LOCK_ATTEMPTS = 20
+
+
+def _take_lock(path: Path, lock: Path) -> int:
+    """Make the lock file and hold it: its descriptor, or ResultPathBusy / NotRegularFile."""
+    import fcntl
+
+    for _ in range(_LOCK_ATTEMPTS):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except FileExistsError:  # whatever is there (a link included) is judged, never opened for writing
+            _remove_if_stale(path, lock)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another run is judging our new file as stale: it may remove it
+            os.close(fd)
+            continue
+        if not _names(lock, fd):  # removed (as stale) between our making it and our flock
+            os.close(fd)
+            continue
+        try:
+            os.write(fd, f"pid {os.getpid()}, since {now()}\n".encode())
+        except BaseException:
+            _release_lock(lock, fd)
+            raise
+        return fd
+    raise ResultPathBusy(f"{path}: other runs keep taking and leaving this result file's lock ({lock}); try again")
+
+
+def _remove_if_stale(path: Path, lock: Path) -> None:
+    """Remove a lock file nobody holds; return when the name is free to try again.
+
+    Stale means provably a lock file of ours that no process holds: a regular file with one
+    link (no other name would lose its contents), no bigger than a lock line, and no flock on
+    it (a holder keeps one until it exits). Anything else is refused in one line naming the
+    lock path: a live holder (ResultPathBusy), or something that is not our lock
+    (NotRegularFile), which is left exactly as it is.
+    """
+    import fcntl
+
+    try:
+        info = os.lstat(lock)
+    except FileNotFoundError:
+        return  # its holder just removed it
+    _check_lock_file(lock, info)
+    try:  # read-only, without following a link or blocking: opening changes nothing
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symbolic link put there since the look
+            raise NotRegularFile(f"{lock}: the lock file is not a regular file (a symbolic link); remove it") from None
+        raise
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+            return  # replaced since the look: judge the new one on the next attempt
+        _check_lock_file(lock, opened)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
-            holder = ""
-            with contextlib.suppress(OSError):
-                holder = lock.read_text().strip()
+            holder = _holder(fd)
             raise ResultPathBusy(
                 f"{path}: another run is writing this result file{f' ({holder})' if holder else ''}; "
                 "wait for it or choose another path"
             ) from None
-        # The file we locked may have been removed by the previous holder in between.
-        try:
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}, since {now()}\n".encode())
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
+        # Ours to remove: we hold its flock, so no run holds it, and none removes it meanwhile.
+        if _names(lock, fd):
             lock.unlink()
+    finally:
         os.close(fd)
 
 
-def _open_lock(lock: Path) -> int:
-    """The lock file, opened (or made) as a regular file of its own: never through a symbolic
-    link (the truncation would hit its target) and never a FIFO or device planted there."""
-    with contextlib.suppress(FileNotFoundError):  # refused unopened: opening a device can act on it
-        mode = os.lstat(lock).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(f"{lock}: the lock file is not a regular file ({_lock_kind(mode)}); remove it")
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+def _check_lock_file(lock: Path, info: os.stat_result) -> None:
+    """Refuse, unopened and untouched, what stands at the lock path and is no lock file of ours."""
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(f"{lock}: the lock file is not a regular file ({_lock_kind(info.st_mode)}); remove it")
+    if info.st_nlink != 1:
+        raise NotRegularFile(f"{lock}: the lock file has {info.st_nlink} names (a hard link to another file?); "
+                             "it is left as it is: remove it")
+    if info.st_size > _LOCK_MAX_BYTES:
+        raise NotRegularFile(f"{lock}: the lock file holds {info.st_size:,} bytes, more than a lock line: "
+                             "it is left as it is: remove it")
+
+
+def _names(lock: Path, fd: int) -> bool:
+    """Whether ``lock`` still names the file open as ``fd``."""
     try:
-        fd = os.open(lock, flags, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symbolic link put there since the look
-            raise NotRegularFile(f"{lock}: the lock file is not a regular file (a symbolic link); remove it") from None
-        raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # replaced between the look and the open
+        named = os.lstat(lock)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _holder(fd: int) -> str:
+    """The holder's line ("pid N, since ..."), read from the open file, never by its name."""
+    try:
+        text = os.pread(fd, _LOCK_MAX_BYTES, 0).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return one_line(first_line(text) or "", 200)
+
+
+def _release_lock(lock: Path, fd: int) -> None:
+    """Remove the lock file while still holding it (only if the name is still ours), then let go."""
+    try:
+        if _names(lock, fd):
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+    finally:
         os.close(fd)
-        raise NotRegularFile(f"{lock}: the lock file is not a regular file ({_lock_kind(mode)}); remove it")
-    return fd
 
 
 def _lock_kind(mode: int) -> str:
     return "a symbolic link" if stat.S_ISLNK(mode) else _kind_of(mode)
-

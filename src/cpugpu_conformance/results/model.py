@@ -20,9 +20,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..promises import DEVICES, PROMISES
+from ..promises import APPLIES_TO, DEVICES, PROMISES, applies
 from . import rule
-from .files import MAX_FILE_BYTES, ResultFileError, json_of, now, read_regular_file, write_json_atomic
+from .files import (
+    MAX_FILE_BYTES,
+    MAX_VALUES,
+    ResultFileError,
+    count_values,
+    json_of,
+    now,
+    read_regular_file,
+    write_json_atomic,
+)
 from .rule import Answer, Outcome
 from .text import clean_text, clean_tree, one_line
 
@@ -86,15 +95,70 @@ def _check_schema(data: Any, source: str, name: str = "cell-result") -> None:
 
 
 def validate(data: Any, source: str = "<result>") -> dict[str, Any]:
-    """Check ``data`` against the cell-result schema and the contract; return it, or raise ResultFileError."""
-    if isinstance(data, dict) and data.get("schema") == SCHEMA_ID and data.get("schema_version") != SCHEMA_VERSION:
+    """Check ``data`` against the cell-result schema and the contract; return it, or raise ResultFileError.
+
+    Every reader and writer goes through here (CellResult), so a file that is not a result is
+    one line naming the file and, where there is one, the key: never a traceback further on.
+    The top level is checked first and by hand, so that a string or a list, or a key the
+    schema does not define, reads the same with or without jsonschema installed.
+    """
+    if not isinstance(data, dict):
+        raise ResultFileError(f"{source}: not a cell result: the JSON is {_json_kind(data)}, not an object")
+    if data.get("schema") == SCHEMA_ID and data.get("schema_version") != SCHEMA_VERSION:
         raise ResultFileError(
             f"{source}: cell result schema version {data.get('schema_version')!r}, this tool reads version "
             f"{SCHEMA_VERSION}: run the cell again"
         )
+    unknown = sorted((k for k in data if k not in schema()["properties"]), key=str)
+    if unknown:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise ResultFileError(f"{source}: not a valid cell result: unknown key {one_line(repr(unknown[0]), 80)} at the "
+                              f"top level{more}; a result has only the keys of schemas/cell-result.schema.json")
     _check_schema(data, source)
     _check_promise_numbers(data, source)
+    _check_applicable(data, source)
     return data
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+def _check_applicable(data: dict[str, Any], source: str) -> None:
+    """A verdict of a promise on a device the contract says it does not apply to (promise 10 on
+    cpu, 11 on cuda) is no result the suite writes: the rule reads such a pair as not applicable
+    whatever it says, so a failure recorded there would be hidden. Refused instead.
+
+    The suite writes 'not_applicable' there, with the counts of any test of several promises
+    that ran anyway; a failure of one it moves to unattributed_failures, where it fails the cell.
+    """
+    promises = data.get("promises")
+    for promise, entry in promises.items() if isinstance(promises, dict) else ():
+        devices = entry.get("devices") if isinstance(entry, dict) else None
+        if promise not in APPLIES_TO or not isinstance(devices, dict):
+            continue  # (a shape the schema refuses; without jsonschema, the model's accessors skip it)
+        for device, verdict in devices.items():
+            if device not in DEVICES or applies(promise, device) or not isinstance(verdict, dict):
+                continue
+            if verdict.get("verdict") in _VERDICTS_OF_A_CHECK or verdict.get("failures"):
+                raise ResultFileError(
+                    f"{source}: not a valid cell result at promises/{promise}/devices/{device}: it records a verdict "
+                    f"of promise {promise} on {device} ({one_line(verdict.get('verdict'), 40)}), where the contract says "
+                    f"it does not apply (it is about {' and '.join(APPLIES_TO[promise])})")
+
+
+# What a promise entry says only when a check of it ran.
+_VERDICTS_OF_A_CHECK = ("passed", "failed", "recorded", "known_failure")
 
 
 def _check_promise_numbers(data: Any, source: str) -> None:
@@ -130,7 +194,8 @@ class CellResult(Mapping[str, Any]):
 
     def __init__(self, data: Mapping[str, Any], source: str = "<result>") -> None:
         _check_depth(data, source)
-        self._data: dict[str, Any] = clean_tree(validate(dict(data), source))
+        plain = dict(data) if isinstance(data, Mapping) else data  # anything else: validate names it
+        self._data: dict[str, Any] = clean_tree(validate(plain, source))
         self.source = source
 
     # --- construction, reading, writing
@@ -148,7 +213,8 @@ class CellResult(Mapping[str, Any]):
         return cls(json_of(read_regular_file(path, max_bytes=max_bytes), path), str(path))
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        return write_json_atomic(path, self._data)
+        """Write atomically, cut to fit what every reader accepts (``fit``)."""
+        return write_json_atomic(path, fit(self._data))
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(self._data))
@@ -282,6 +348,70 @@ class CellResult(Mapping[str, Any]):
     def describe(self) -> str:
         """One line for logs and the summary: the answer and its counts."""
         return rule.describe(self)
+
+
+# ---------------------------------------------------------------------------- what a writer may write
+
+# How far each text is cut, step by step, when a result does not fit: its head says what
+# failed (the tail, for a crash's log), which is kept.
+_FIT_LIMITS = (5_000, 1_000, 200)
+# Failures kept per list, once the texts are as short as they go: the counts still say how many.
+_FIT_FAILURES = 20
+
+
+def fit(data: dict[str, Any], *, max_bytes: int = MAX_FILE_BYTES, max_values: int = MAX_VALUES) -> dict[str, Any]:
+    """``data`` as a result file can hold it: whole when it fits the readers' caps (bytes and
+    values, files.py), else with its long texts cut (messages, reproducers, the detail), then
+    with long lists of failures cut to their first few, until it fits.
+
+    So a run that fails loudly (a 100 kB message in every test, wide characters, a team's
+    suite parametrized many times over) still leaves a file every command can read; the
+    verdicts and counts are never cut, only the texts that explain them.
+    """
+    if _fits(data, max_bytes, max_values):
+        return data
+    for limit in _FIT_LIMITS:
+        data = _cut_texts(data, limit)
+        if _fits(data, max_bytes, max_values):
+            return data
+    return _cut_failures(data, _FIT_FAILURES)  # still over (it never was, measured): the reader names the size
+
+
+def _fits(data: dict[str, Any], max_bytes: int, max_values: int) -> bool:
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return len(text) <= max_bytes and count_values(text) <= max_values
+
+
+_TEXT_KEYS = {"message": "head", "reproducer": "head", "detail": "tail"}
+
+
+def _cut_texts(value: Any, limit: int, key: str | None = None) -> Any:
+    if isinstance(value, str) and key in _TEXT_KEYS:
+        return clean_text(value, limit, _TEXT_KEYS[key])
+    if isinstance(value, dict):
+        return {k: _cut_texts(v, limit, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_texts(v, limit, key) for v in value]
+    return value
+
+
+def _cut_failures(data: dict[str, Any], keep: int) -> dict[str, Any]:
+    def cut(failures: Any) -> Any:
+        if not isinstance(failures, list) or len(failures) <= keep:
+            return failures
+        note = {"test": "(cut)", "message": f"{len(failures) - keep:,} more failures cut: the result file would not "
+                                            "fit what a reader accepts", "reproducer": None}
+        return failures[:keep] + [note]
+
+    data = dict(data)
+    if "unattributed_failures" in data:
+        data["unattributed_failures"] = cut(data["unattributed_failures"])
+    if "promises" in data:
+        data["promises"] = {
+            number: dict(entry, devices={device: dict(verdict, failures=cut(verdict["failures"])) if "failures" in verdict
+                                         else verdict for device, verdict in entry["devices"].items()})
+            for number, entry in data["promises"].items()}
+    return data
 
 
 NO_ACCELERATOR = "no accelerator"
