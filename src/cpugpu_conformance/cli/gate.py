@@ -1,6 +1,15 @@
-"""``cpugpu-conformance gate --baseline FILE --candidate FILE``: exit 0 when every promise check
-that passed in the baseline passes in the candidate, 1 on any regression (each with its
-reproducer), 2 when there is nothing to compare (cpugpu_conformance.report.gate)."""
+"""``cpugpu-conformance gate --baseline FILE --candidate FILE [--known-failures FILE]``: exit 0 when
+every promise check that passed in the baseline passes in the candidate, 1 on any regression (each
+with its reproducer), 2 when there is nothing to compare (cpugpu_conformance.report.gate).
+
+With ``--known-failures`` the team's file is applied afresh to both results (the torch each ran
+decides the entries with a torch specifier): a promise the candidate fails as the file lists is
+a KNOWN FAILURE, never a regression, even where the baseline passed it (the team listed it for
+that torch: the gate names it, with its reason and reproducer, and it is no pass either). A
+listed promise the candidate passes is no regression either, but its own run fails on it
+(strict, as xfail_strict): the gate names it (KNOWN FAILURE NOW PASSES) and exits 1 until the
+entry is removed or bounded (torch = "<release"). Without the option, the results stand as
+their runs recorded them."""
 
 from __future__ import annotations
 
@@ -11,7 +20,7 @@ from pathlib import Path
 from ..exits import ExitCode
 from ..promises import DEVICES
 from ..report.gate import fails, format_comparison, same_result
-from ..results import CellResult, Comparison, ResultFileError, diff
+from ..results import CellResult, Comparison, ResultFileError, diff, known_failures
 
 HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
 
@@ -30,16 +39,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", action="append", metavar="DEVICE",
                         help="device to compare (repeatable; default: every device the baseline was asked to test)")
     parser.add_argument("--strict", action="store_true", help="also fail (exit 1) when the observed torch behaviour changed")
+    parser.add_argument("--known-failures", type=Path, metavar="FILE",
+                        help="the team's known failures (TOML), applied to both results: a listed failure is no "
+                             "regression; a listed promise the candidate passes fails the gate until it is removed")
 
 
 def _error(line: str) -> None:
     print(f"cpugpu-conformance gate: error: {line}", file=sys.stderr)
 
 
+def with_known_failures(result: CellResult, listed: known_failures.KnownFailures) -> CellResult:
+    """The result with the team's file applied afresh (known_failures.apply)."""
+    return CellResult(known_failures.apply(result.to_json(), listed), result.source)
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        listed = known_failures.load(args.known_failures) if args.known_failures is not None else None
+    except known_failures.KnownFailuresError as exc:
+        _error(f"--known-failures {exc}")
+        return ExitCode.USAGE
     try:
         baseline = CellResult.load(args.baseline)
         candidate = CellResult.load(args.candidate)
+        if listed is not None:
+            baseline, candidate = with_known_failures(baseline, listed), with_known_failures(candidate, listed)
     except ResultFileError as exc:
         _error(str(exc))
         return ExitCode.USAGE

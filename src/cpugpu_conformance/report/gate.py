@@ -56,8 +56,9 @@ def same_result(baseline: CellResult, candidate: CellResult) -> str | None:
 
 
 def fails(cmp: Comparison, strict: bool) -> bool:
-    """A comparable pair the gate fails: a regression, or (--strict) a change in observed behaviour."""
-    return bool(cmp.regressions or (strict and cmp.observation_changes))
+    """A comparable pair the gate fails: a regression, a promise the known-failures file lists that
+    the candidate passed (its own run fails on it), or (--strict) a change in observed behaviour."""
+    return bool(cmp.regressions or cmp.listed_but_passed or (strict and cmp.observation_changes))
 
 
 def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparison, strict: bool) -> str:
@@ -75,6 +76,8 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     notes = [f"fixed: {c.line()}" for c in cmp.fixed]
     notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)" for c in cmp.still_failing]
     notes += [f"KNOWN FAILURE: {c.line()} (listed in the known-failures file: not a regression)" for c in cmp.known_failures]
+    notes += [f"KNOWN FAILURE NOW PASSES: promise {c.promise} ({c.title}) on {c.device}: {c.after.listed}"
+              for c in cmp.listed_but_passed]
     notes += [f"NOT COMPARED: promise {c.promise} ({c.title}) on {c.device}: waived in both cells "
               f"({c.after.note or 'no reason given'}): not tested, so neither a gap nor a pass" for c in cmp.not_compared]
     notes += [f"WARNING: {w}" for w in cmp.warnings]
@@ -92,6 +95,9 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     out.append("")
     if cmp.regressions:
         out.append(f"FAIL: {len(cmp.regressions)} regression(s) out of {cmp.checked} promise checks that passed in the baseline")
+    elif cmp.listed_but_passed:
+        out.append(f"FAIL: {len(cmp.listed_but_passed)} promise check(s) the known-failures file lists pass in the "
+                   "candidate (no regression: remove the entries, as the candidate's own run says)")
     elif fails(cmp, strict):
         out.append(f"FAIL (--strict): {len(cmp.observation_changes)} change(s) in observed torch behaviour")
     else:
