@@ -192,7 +192,9 @@ def torch_satisfies(version: str, specifier: str) -> bool:
 
 
 def _shown(value: Any) -> str:
-    return _one_line(repr(value), 80)
+    """A value as the file wrote it: repr escapes line breaks, so it stays one line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _one_line(text: str, limit: int = 300) -> str:
