@@ -9,7 +9,10 @@ that torch: the gate names it, with its reason and reproducer, and it is no pass
 listed promise the candidate passes is no regression either, but its own run fails on it
 (strict, as xfail_strict): the gate names it (KNOWN FAILURE NOW PASSES) and exits 1 until the
 entry is removed or bounded (torch = "<release"). Without the option, the results stand as
-their runs recorded them."""
+their runs recorded them.
+
+``--job-summary FILE`` appends the same answer in Markdown (report/gate_markdown.py), for
+every exit code, bad input included."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 from ..exits import ExitCode
 from ..promises import DEVICES
 from ..report.gate import fails, format_comparison, same_result
+from ..report.gate_markdown import comparison_markdown, refusal_markdown
 from ..results import CellResult, Comparison, ResultFileError, diff, known_failures
 
 HELP = "compare a candidate torch's cell result with the baseline's; exit 1 on any regression"
@@ -42,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--known-failures", type=Path, metavar="FILE",
                         help="the team's known failures (TOML), applied to both results: a listed failure is no "
                              "regression; a listed promise the candidate passes fails the gate until it is removed")
+    parser.add_argument("--job-summary", type=Path, metavar="FILE",
+                        help="also append the answer in Markdown to FILE (in GitHub Actions: $GITHUB_STEP_SUMMARY), "
+                             "each regression with its reproducer folded")
 
 
 def _error(line: str) -> None:
@@ -54,31 +61,54 @@ def with_known_failures(result: CellResult, listed: known_failures.KnownFailures
 
 
 def run(args: argparse.Namespace) -> int:
+    summary = JobSummary(args.job_summary)
     try:
         listed = known_failures.load(args.known_failures) if args.known_failures is not None else None
     except known_failures.KnownFailuresError as exc:
-        _error(f"--known-failures {exc}")
-        return ExitCode.USAGE
+        return summary.refuse([f"--known-failures {exc}"])
     try:
         baseline = CellResult.load(args.baseline)
         candidate = CellResult.load(args.candidate)
         if listed is not None:
             baseline, candidate = with_known_failures(baseline, listed), with_known_failures(candidate, listed)
     except ResultFileError as exc:
-        _error(str(exc))
-        return ExitCode.USAGE
+        return summary.refuse([str(exc)])
     unknown = [d for d in args.device or () if d not in DEVICES]
     if unknown:
-        _error(f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}")
-        return ExitCode.USAGE
+        return summary.refuse([f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}"])
     cmp = diff(baseline, candidate, devices=args.device)
     if not cmp.comparable:
         _error(f"nothing to compare ({len(cmp.unusable)} gap(s)), refusing to pass:")
-        for line in cmp.unusable:
-            _error(line)
-        return ExitCode.USAGE
+        return summary.refuse(cmp.unusable)
     same = same_result(baseline, candidate)
     if same:
         cmp.warnings.insert(0, same)
-    print(format_comparison(baseline, candidate, cmp, args.strict))
-    return exit_code(cmp, args.strict)
+    text = format_comparison(baseline, candidate, cmp, args.strict)
+    print(text)
+    code = exit_code(cmp, args.strict)
+    return summary.write(comparison_markdown(baseline, candidate, cmp, text, code), code)
+
+
+class JobSummary:
+    """--job-summary FILE: the gate's answer appended in Markdown (GitHub's $GITHUB_STEP_SUMMARY),
+    whatever the answer; a file that cannot be written is one line, and never turns a failure into
+    a pass (exit 2 where the gate passed, the gate's own code otherwise)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def refuse(self, lines: list[str]) -> int:
+        for line in lines:
+            _error(line)
+        return self.write(refusal_markdown(lines, ExitCode.USAGE), ExitCode.USAGE)
+
+    def write(self, markdown: str, code: int) -> int:
+        if self.path is None:
+            return code
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(markdown)
+        except OSError as exc:
+            _error(f"--job-summary {self.path}: cannot write: {exc.strerror or exc}")
+            return code or ExitCode.USAGE
+        return code
