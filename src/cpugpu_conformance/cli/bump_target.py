@@ -71,6 +71,27 @@ def releases(args: argparse.Namespace) -> tuple[str, str, str]:
     return baseline, candidate, source
 
 
+def packages_of(text: str) -> list[str]:
+    """--packages: one requirement a line (blank lines and # comments skipped), never torch or numpy."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    packages = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            name = canonicalize_name(Requirement(line).name)
+        except InvalidRequirement:
+            raise common.UsageError(f"--packages {line!r}: not a requirement like 'transformers==4.44'") from None
+        if name in ("torch", "numpy"):
+            raise common.UsageError(f"--packages {line!r}: torch and numpy are the cell's own (the releases gated, "
+                                    "and the NumPy paired with each)")
+        packages.append(line)
+    return packages
+
+
 def write_matrix(path: Path, data: dict) -> None:
     """Write the matrix, then read it back as every command does: its problems are one line each."""
     text = "# The two cells of a torch bump, written by `cpugpu-conformance bump-target`.\n" + yaml.safe_dump(
@@ -89,7 +110,7 @@ def write_matrix(path: Path, data: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         baseline, candidate, source = releases(args)
-        packages = [line.strip() for line in args.packages.splitlines() if line.strip() and not line.strip().startswith("#")]
+        packages = packages_of(args.packages)
         if args.matrix_out is not None:
             write_matrix(args.matrix_out, bump.matrix_data(
                 baseline, candidate, device=args.device, python=args.python, time_limit_s=args.time_limit,
