@@ -426,3 +426,29 @@ def test_matrix_hands_the_file_to_every_cell(tmp_path):
                    known_failures=known)
     at = job.command.index("--known-failures")
     assert job.command[at + 1] == str(known) and job.command.index("--") > at and job.command[-1] == "-x"
+
+
+# ---------------------------------------------------------------------------- where only the suite's needs are installed
+
+BLOCKED = """\
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "yaml", "jsonschema", "jinja2"):
+            raise ImportError(f"{name} is not installed here")
+sys.meta_path.insert(0, Block())
+from cpugpu_conformance.results import known_failures as kf
+listed = kf.load(sys.argv[1])
+entry = {"verdict": "failed", "passed": 0, "failed": 1, "skipped": 0, "failures": []}
+print(kf.mark(entry, listed, "5", "cuda", "2.2.2+cu121")["verdict"], kf.mark(entry, listed, "5", "cuda", "2.3.0")["verdict"])
+"""
+
+
+def test_the_file_needs_no_torch_and_nothing_of_the_tools_extra(tmp_path):
+    """The suite reads it on a GPU machine with only torch, numpy, hypothesis and pytest (and what pytest
+    brings: packaging, and tomli below Python 3.11); xdist's controller reads it with no torch imported."""
+    path = write(tmp_path, '[[known_failure]]\npromise = 5\ndevice = "cuda"\ntorch = "<2.3"\nreason = "no uint16"\n')
+    proc = subprocess.run([sys.executable, "-c", BLOCKED, str(path)], env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["known_failure", "failed"]
