@@ -176,8 +176,8 @@ def test_the_marks_are_the_outcome_kinds_and_the_schema_knows_them_all():
     mark_kinds = results.schema("compat")["$defs"]["mark_kind"]["enum"]
     answer_kinds = results.schema("compat")["$defs"]["answer_kind"]["enum"]
     statuses = [s for s in results.CELL_STATUSES if s != "completed"]
-    assert set(mark_kinds) == set(marks.MARKS) == {"passed", "failed", "recorded", "known_failure", "untested",
-                                                   "not_applicable", "not_requested", *statuses}
+    assert set(mark_kinds) == set(marks.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
+                                                   "not_requested", *statuses}
     assert set(answer_kinds) == set(marks.ANSWERS) == {"passed", "failed", "untested", *statuses}
     labels = [style.label for style in marks.MARKS.values()]
     assert len(set(labels)) == len(labels) and not any("pass" in marks.MARKS[k].word for k in statuses)

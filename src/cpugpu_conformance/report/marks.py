@@ -31,7 +31,6 @@ MARKS: dict[str, MarkStyle] = {
     "passed": MarkStyle("✅", "pass", "at least one check of the promise ran, and every check held"),
     "failed": MarkStyle("❌", "FAIL", "a check of the promise failed; the reproducer is in the failures section"),
     "recorded": MarkStyle("📝", "recorded", "implementation-defined: what happened is recorded, not judged"),
-    "known_failure": MarkStyle("✗", "known failure", "failed as the team's known-failures file lists: no pass"),
     "untested": MarkStyle(
         "❓", "untested",
         "asked for, but no check ran (device missing, checks skipped, or no verdict in the file): the reason is "
