@@ -538,3 +538,73 @@ def test_bump_target_refuses_in_one_line_exit_2(tmp_path, case):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cpugpu-conformance bump-target: error: "), lines
     assert expected in lines[0], lines[0]
+
+
+# ---------------------------------------------------------------------------- the gate's job summary
+
+
+def gate_with_summary(tmp_path: Path, baseline: dict, candidate: dict, *extra: str) -> tuple[int, str]:
+    import result_factory as rf
+
+    from cpugpu_conformance.cli.dispatch import main
+
+    paths = [str(rf.write(tmp_path, name, data)) for name, data in (("b.json", baseline), ("c.json", candidate))]
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier steps' summary\n")
+    code = main(["gate", "--baseline", paths[0], "--candidate", paths[1], "--job-summary", str(summary), *extra])
+    text = summary.read_text()
+    assert text.startswith("earlier steps' summary\n"), "the summary is appended to, never replaced"
+    return code, text[len("earlier steps' summary\n"):]
+
+
+def outside_code(markdown: str) -> str:
+    """The Markdown's lines outside fenced code blocks (a fence closes only at the same run of backticks)."""
+    out, fence = [], None
+    for line in markdown.splitlines():
+        opener = re.match(r"^(`{3,})\w*$", line)
+        if fence is None and opener:
+            fence = opener.group(1)
+        elif fence is not None and line == fence:
+            fence = None
+        elif fence is None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def test_the_job_summary_escapes_what_a_result_holds_and_folds_each_reproducer(tmp_path, capsys):
+    import result_factory as rf
+
+    reproducer = "import torch\n# a fence inside: ````\nprint('<script>')\n"
+    failing = {("2", "cpu"): [rf.failure("t::a|<b>", "AssertionError: <img src=x> | broke", reproducer)]}
+    code, summary = gate_with_summary(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", failed=failing))
+    assert code == 1
+    assert summary.startswith("### cpugpu-conformance gate: FAIL\n\n**FAIL: 1 regression(s) out of ")
+    outside = outside_code(summary)  # inside a fence GitHub shows text as it is
+    assert "<img" not in outside and "<script>" not in outside and "&lt;img src=x&gt;" in outside
+    row = next(line for line in summary.splitlines() if line.startswith("| 2 Zeroed"))
+    assert row.count("|") == 5, row  # a pipe in a message never adds a column
+    assert "<details><summary>Reproducer: promise 2 on cpu: <code>t::a&#124;&lt;b&gt;</code></summary>" in summary
+    fence = "`````"  # longer than the longest run of backticks in the reproducer
+    assert f"{fence}python\n{reproducer.rstrip()}\n{fence}" in summary and "</details>" in summary
+
+
+def test_the_job_summary_of_a_gate_that_cannot_compare_says_so(tmp_path, capsys):
+    import result_factory as rf
+
+    code, summary = gate_with_summary(tmp_path, rf.completed("2.14.1"),
+                                      rf.incomplete("2.15.0", "not_installed", "no such torch"))
+    assert code == 2
+    assert summary.startswith("### cpugpu-conformance gate: NO ANSWER\n\n**Nothing to compare, refusing to pass** (exit 2)")
+    assert "did not complete: not installed: no such torch" in summary
+
+
+def test_a_job_summary_that_cannot_be_written_never_turns_a_failure_into_a_pass(tmp_path, capsys):
+    import result_factory as rf
+
+    from cpugpu_conformance.cli.dispatch import main
+
+    paths = [str(rf.write(tmp_path, n, d)) for n, d in (("b.json", rf.completed("2.14.1")),
+                                                        ("c.json", rf.completed("2.15.0")))]
+    (tmp_path / "dir").mkdir()
+    assert main(["gate", "--baseline", paths[0], "--candidate", paths[1], "--job-summary", str(tmp_path / "dir")]) == 2
+    assert f"--job-summary {tmp_path / 'dir'}: cannot write" in capsys.readouterr().err
