@@ -224,14 +224,15 @@ def bisect_releases(session: nox.Session) -> None:
 
 
 def workflow_checks() -> list[list[str]]:
-    """Commands that check the CI workflows (GitHub's schema, an offline security audit)."""
+    """Commands that check the CI workflows and the composite action at the root (GitHub's schemas,
+    an offline security audit)."""
     files = sorted(str(p.relative_to(ROOT)) for p in WORKFLOWS.glob("*.y*ml"))
-    if not files:
-        return []
-    return [
-        ["check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files],
-        ["zizmor", "--offline", "--min-severity", "medium", *files],
-    ]
+    actions = [name for name in ("action.yml", "action.yaml") if (ROOT / name).is_file()]
+    checks = [["check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files]] if files else []
+    checks += [["check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions]] if actions else []
+    if files or actions:
+        checks.append(["zizmor", "--offline", "--min-severity", "medium", *files, *actions])
+    return checks
 
 
 @nox.session(python=MATRIX.python, reuse_venv=True)

@@ -1,7 +1,8 @@
 """The shipped suite: the library's tests (cpugpu_conformance.testing) against the class --impl names.
 
     pytest conformance [--impl SPEC] [--device NAME|all] [--cell-result PATH]
-                       [--cell-name NAME] [--promise N[,N...]] [--hypothesis-profile NAME]
+                       [--cell-name NAME] [--promise N[,N...]] [--known-failures FILE]
+                       [--hypothesis-profile NAME]
 
 Installed, the same suite is `cpugpu-conformance run [the same options]` (run.py). The
 library's plugin does the work; this file adds what only the shipped suite has: --impl, the
@@ -34,6 +35,7 @@ SHORT_OPTIONS = {
     "--cell-result": ("cpugpu_cell_result", "cell_result"),
     "--cell-name": ("cpugpu_cell_name", "cell_name"),
     "--promise": ("cpugpu_promise", "promise"),
+    "--known-failures": ("cpugpu_known_failures", "known_failures"),
 }
 
 

@@ -1,4 +1,5 @@
-"""``cpugpu-conformance cell RELEASE [--device D] [--env DIR] [-- PYTEST_ARGS]``: one matrix cell.
+"""``cpugpu-conformance cell RELEASE [--device D] [--env DIR | --python PATH] [--impl SPEC|TESTS]
+[--known-failures FILE] [-- PYTEST_ARGS]``: one matrix cell.
 
 What ``nox -t torch-RELEASE`` does, without nox: make the cell's environment (uv, the
 matrix's Python; reused when it is there), install the release's torch, its NumPy and the
@@ -8,6 +9,15 @@ untested, not installed, crashed, ...), 2 for bad input (a release or device the
 does not have, an option the cell sets itself among the pytest arguments, a result file
 another run is writing, a results folder it cannot write), 129, 130 or 143 when SIGHUP,
 SIGINT or SIGTERM stopped it (recorded as interrupted).
+
+``--impl``: the class under test for the shipped suite (``module.path:Attr``, or
+``path/to/file.py:Attr`` relative to the current folder), or a team's own tests (a path, or
+``path::TestClass``): their pytest then runs them in the current folder with the library's
+plugin, and writes the same result file. ``--known-failures``: the team's file
+(results/known_failures.py), checked before anything is installed and handed to the run.
+``--python``: an interpreter that already has the release's torch; nothing is installed, and
+the cell still checks it is that release (a machine without network; the composite action's
+``baseline-python`` and ``candidate-python``).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from pathlib import Path
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import common
+from cpugpu_conformance.results import known_failures
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import processes
@@ -28,6 +39,14 @@ HELP = "install one matrix cell's torch in its own environment and run the suite
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("torch", metavar="RELEASE", help="a torch release listed in the matrix (2.15.0, latest)")
+    parser.add_argument("--impl", metavar="SPEC|TESTS",
+                        help="the class under test (module.path:Attr, path/to/file.py:Attr), or your own tests "
+                             "(a path, path::TestClass: your pytest runs them here with the library's plugin)")
+    parser.add_argument("--known-failures", action=common.PathArgument, metavar="FILE",
+                        help="your known failures (TOML [[known_failure]] entries): a listed failure is no failure of "
+                             "the cell; a listed promise that passes fails it")
+    parser.add_argument("--python", action=common.PathArgument, metavar="PATH",
+                        help="an interpreter that already has this torch: install nothing (instead of --env)")
     common.add_cell_options(parser, env=("--env", "the cell's environment, made when missing (default: .nox/<cell> in the checkout)"),
                             epilog="Arguments after -- go to pytest (--promise 1, --impl pkg.mod:Cls, -k EXPR).")
 
@@ -47,12 +66,62 @@ def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matr
 
 
 def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version: str, results_dir: Path, project_dir: Path,
-                    pytest_args: Sequence[str] = (), name: str | None = None) -> results.CellResult:
-    """Make (or reuse) the environment, then install and run the cell. Raises results.ResultPathBusy
-    when another run holds its result path, processes.CellInterrupted after recording a signal."""
+                    pytest_args: Sequence[str] = (), name: str | None = None, tests: str | None = None,
+                    python: Path | None = None) -> results.CellResult:
+    """Make (or reuse) the environment, then install and run the cell (with ``python``: run it with
+    that interpreter's torch, installing nothing). ``tests``: a team's own tests, run in the current
+    folder. Raises results.ResultPathBusy when another run holds its result path,
+    processes.CellInterrupted after recording a signal."""
     spec = cells.CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
-                                           pytest_args=pytest_args, name=name)
+                                           pytest_args=pytest_args, name=name, tests=tests,
+                                           workdir=Path.cwd() if tests else None)
+    if python is not None:
+        return cells.run_cell(spec, python)
     return cells.create_env_and_run(spec, Path(env_dir), python_version)
+
+
+def is_impl_spec(value: str) -> bool:
+    """``module.path:Attr`` or ``file.py:Attr`` (a class for the shipped suite), rather than a test
+    path (``tests/``, ``tests/test_ours.py::TestOurs``) for a team's own pytest."""
+    if "::" in value:
+        return False
+    target, sep, attr = value.rpartition(":")
+    return bool(sep and target and attr) and all(part.isidentifier() for part in attr.split("."))
+
+
+def _given(pytest_args: Sequence[str], option: str) -> bool:
+    return any(arg == option or arg.startswith(f"{option}=") for arg in pytest_args)
+
+
+def what_to_run(impl: str | None, known: Path | None, pytest_args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The team's tests to run (None: the shipped suite), and pytest's arguments with --impl and the
+    known failures as the run takes them (paths made absolute: the suite runs in the checkout).
+    UsageError for a file of known failures that cannot be used, or an option given twice."""
+    args = list(pytest_args)
+    tests = None
+    if impl is not None:
+        if not impl.strip():
+            raise common.UsageError("--impl '': name the class under test or your tests")
+        if _given(args, "--impl"):
+            raise common.UsageError("--impl is given twice (before and after --): give it once")
+        if is_impl_spec(impl):
+            target, _, attr = impl.rpartition(":")
+            path = Path(target)
+            if target.endswith(".py") and not path.is_absolute():
+                target = str(path.resolve())
+            args.append(f"--impl={target}:{attr}")
+        else:
+            tests = impl
+    if known is not None:
+        flag = "--known-failures" if tests is None else "--cpugpu-known-failures"
+        if _given(args, "--known-failures") or _given(args, "--cpugpu-known-failures"):
+            raise common.UsageError("--known-failures is given twice (before and after --): give it once")
+        try:
+            known_failures.load(known)
+        except known_failures.KnownFailuresError as exc:
+            raise common.UsageError(f"--known-failures {exc}") from None
+        args.append(f"{flag}={known.resolve()}")
+    return tests, args
 
 
 def main(argv: Sequence[str]) -> int:
@@ -67,13 +136,17 @@ def run(args: argparse.Namespace) -> int:
         with processes.interrupts_raised():
             pytest_args = getattr(args, "pytest_args", [])
             common.refuse_owned_options(pytest_args)
+            if args.python is not None and args.env is not None:
+                raise common.UsageError("--python and --env: the cell runs in one environment; give one of them")
+            tests, pytest_args = what_to_run(args.impl, args.known_failures, pytest_args)
             results_dir = common.results_folder(args.results)
             matrix = common.load_matrix(args.matrix)
             cell = matrix_cell(matrix, args.torch, args.device)
             project = common.checkout()
             result = run_matrix_cell(cell, env_dir=args.env or project / ".nox" / cell.name,
                                      python_version=matrix.python, results_dir=results_dir,
-                                     project_dir=project, pytest_args=pytest_args)
+                                     project_dir=project, pytest_args=pytest_args, tests=tests,
+                                     python=args.python.absolute() if args.python else None)
     except common.UsageError as exc:
         return common.error(PROG, str(exc))
     except results.ResultPathBusy as exc:  # another run holds it, or the cell cannot write there

@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "bisect": Subcommand("bisection", needs=MATRIX_TOOLS, passthrough=True),
     "summary": Subcommand("summary", needs=MATRIX_TOOLS),
     "record-unfinished": Subcommand("record", needs=MATRIX_TOOLS),
+    "bump-target": Subcommand("bump_target", needs=MATRIX_TOOLS),  # the composite action's (action.yml)
 }
 
 

@@ -1,8 +1,20 @@
-"""``cpugpu-conformance gate --baseline FILE --candidate FILE``: exit 0 when every promise check
-that passed in the baseline passes in the candidate and the candidate's own answer is clean,
-1 on any regression (each with its reproducer) or a candidate whose own answer is FAILED,
-2 when there is nothing to compare (an unreadable or malformed file, a cell that did not
-complete, a missing verdict, an UNTESTED candidate) (cpugpu_conformance.report.gate)."""
+"""``cpugpu-conformance gate --baseline FILE --candidate FILE [--known-failures FILE]``: exit 0 when
+every promise check that passed in the baseline passes in the candidate and the candidate's own
+answer is clean, 1 on any regression (each with its reproducer) or a candidate whose own answer is
+FAILED, 2 when there is nothing to compare (an unreadable or malformed file, a cell that did not
+complete, a missing verdict, an UNTESTED candidate) (cpugpu_conformance.report.gate).
+
+With ``--known-failures`` the team's file is applied afresh to both results (the torch each ran
+decides the entries with a torch specifier): a promise the candidate fails as the file lists is
+a KNOWN FAILURE, never a regression, even where the baseline passed it (the team listed it for
+that torch: the gate names it, with its reason and reproducer, and it is no pass either). A
+listed promise the candidate passes is no regression either, but its own run fails on it
+(strict, as xfail_strict): the gate names it (KNOWN FAILURE NOW PASSES) and exits 1 until the
+entry is removed or bounded (torch = "<release"). Without the option, the results stand as
+their runs recorded them.
+
+``--job-summary FILE`` appends the same answer in Markdown (report/gate_markdown.py), for
+every exit code, bad input included."""
 
 from __future__ import annotations
 
@@ -13,7 +25,8 @@ from pathlib import Path
 from ..exits import ExitCode
 from ..promises import DEVICES
 from ..report.gate import fails, format_comparison, same_result, unanswered
-from ..results import Answer, CellResult, Comparison, ResultFileError, diff
+from ..report.gate_markdown import comparison_markdown, refusal_markdown
+from ..results import Answer, CellResult, Comparison, ResultFileError, diff, known_failures
 
 HELP = ("compare a candidate torch's cell result with the baseline's; exit 1 on any regression or a candidate "
         "that fails on its own, 2 when there is nothing to compare")
@@ -40,32 +53,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("exit 0: may upgrade; 1: a regression (with its reproducer), or the candidate's own answer is FAILED "
                      "(one CANDIDATE NOT CLEAN line per reason); 2: nothing to compare (a file missing, unreadable or "
                      "not a cell result, a cell that did not complete, a missing verdict, an UNTESTED candidate)")
+    parser.add_argument("--known-failures", type=Path, metavar="FILE",
+                        help="the team's known failures (TOML), applied to both results: a listed failure is no "
+                             "regression; a listed promise the candidate passes fails the gate until it is removed")
+    parser.add_argument("--job-summary", type=Path, metavar="FILE",
+                        help="also append the answer in Markdown to FILE (in GitHub Actions: $GITHUB_STEP_SUMMARY), "
+                             "each regression with its reproducer folded")
 
 
 def _error(line: str) -> None:
     print(f"cpugpu-conformance gate: error: {line}", file=sys.stderr)
 
 
+def with_known_failures(result: CellResult, listed: known_failures.KnownFailures) -> CellResult:
+    """The result with the team's file applied afresh (known_failures.apply)."""
+    return CellResult(known_failures.apply(result.to_json(), listed), result.source)
+
+
 def run(args: argparse.Namespace) -> int:
+    summary = JobSummary(args.job_summary)
+    try:
+        listed = known_failures.load(args.known_failures) if args.known_failures is not None else None
+    except known_failures.KnownFailuresError as exc:
+        return summary.refuse([f"--known-failures {exc}"])
     try:
         baseline = CellResult.load(args.baseline)
         candidate = CellResult.load(args.candidate)
+        if listed is not None:
+            baseline, candidate = with_known_failures(baseline, listed), with_known_failures(candidate, listed)
     except ResultFileError as exc:
-        _error(str(exc))
-        return ExitCode.USAGE
+        return summary.refuse([str(exc)])
     unknown = [d for d in args.device or () if d not in DEVICES]
     if unknown:
-        _error(f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}")
-        return ExitCode.USAGE
+        return summary.refuse([f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}"])
     cmp = diff(baseline, candidate, devices=args.device)
     if not cmp.comparable:
         _error(f"nothing to compare ({len(cmp.unusable)} gap(s)), refusing to pass:")
-        for line in cmp.unusable:
-            _error(line)
-        return ExitCode.USAGE
+        return summary.refuse(cmp.unusable)
     same = same_result(baseline, candidate)
     if same:
         cmp.warnings.insert(0, same)
     answer = candidate.answer()
-    print(format_comparison(baseline, candidate, cmp, args.strict, answer))
-    return exit_code(cmp, args.strict, answer)
+    text = format_comparison(baseline, candidate, cmp, args.strict, answer)
+    print(text)
+    code = exit_code(cmp, args.strict, answer)
+    return summary.write(comparison_markdown(baseline, candidate, cmp, text, code), code)
+
+
+class JobSummary:
+    """--job-summary FILE: the gate's answer appended in Markdown (GitHub's $GITHUB_STEP_SUMMARY),
+    whatever the answer; a file that cannot be written is one line, and never turns a failure into
+    a pass (exit 2 where the gate passed, the gate's own code otherwise)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def refuse(self, lines: list[str]) -> int:
+        for line in lines:
+            _error(line)
+        return self.write(refusal_markdown(lines, ExitCode.USAGE), ExitCode.USAGE)
+
+    def write(self, markdown: str, code: int) -> int:
+        if self.path is None:
+            return code
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(markdown)
+        except OSError as exc:
+            _error(f"--job-summary {self.path}: cannot write: {exc.strerror or exc}")
+            return code or ExitCode.USAGE
+        return code

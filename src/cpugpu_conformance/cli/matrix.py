@@ -1,4 +1,5 @@
-"""``cpugpu-conformance matrix [--jobs N] [CELL|TAG...] [-- PYTEST_ARGS]``: the matrix, N cells at a time.
+"""``cpugpu-conformance matrix [--jobs N] [--known-failures FILE] [CELL|TAG...] [-- PYTEST_ARGS]``: the
+matrix, N cells at a time.
 
 Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own environment
 (<envdir>/<cell>, default .nox/ in the common.checkout: the ones ``cell`` makes and reuses) and its
@@ -10,7 +11,9 @@ run ends with the summary table of the cells it ran. Only a result file this run
 answers for a cell: one the cell command left as it was (it refused to start, or could not
 write there) is "no answer written this run", never an earlier run's verdict. A closed
 output (``| head``) stops the printing, never a cell. Exit 0 only when every cell was clean;
-1 otherwise; 2 for bad input; 129, 130 or 143 when a signal stopped it.
+1 otherwise; 2 for bad input; 129, 130 or 143 when a signal stopped it. ``--known-failures``:
+the team's file, checked once before any cell starts and handed to every cell (``cell
+--known-failures``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from cpugpu_conformance import output, results
 from cpugpu_conformance.cli import common
+from cpugpu_conformance.cli.cell import what_to_run
 from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.report import summary
 from cpugpu_conformance.runner import matrix as matrices
@@ -39,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="cells at a time (default: the number of CPUs, %(default)s here)")
     parser.add_argument("--stream", action="store_true", help="print every line of every cell, prefixed by its name")
+    parser.add_argument("--known-failures", action=common.PathArgument, metavar="FILE",
+                        help="your known failures (TOML [[known_failure]] entries), for every cell")
     common.add_cell_options(parser, device=False,
                             env=("--envdir", "folder of the cells' environments, one per cell (default: .nox in the checkout)"),
                             epilog="Arguments after -- go to pytest in every cell (--promise 1,2).")
@@ -50,11 +56,12 @@ def main(argv: Sequence[str]) -> int:
 
 
 def cell_job(matrix: matrices.Matrix, cell: matrices.MatrixCell, *, envdir: Path, results_dir: Path,
-             pytest_args: Sequence[str]) -> parallel.Job:
+             pytest_args: Sequence[str], known_failures: Path | None = None) -> parallel.Job:
     """`cpugpu-conformance cell` for one cell, by the interpreter running this one."""
+    known = ["--known-failures", str(known_failures.resolve())] if known_failures is not None else []
     command = [sys.executable, "-m", "cpugpu_conformance", "cell", cell.torch, "--device", cell.device.name,
                "--env", str(envdir / cell.name), "--matrix", str(Path(matrix.path).resolve()),
-               "--results", str(results_dir), "--", *pytest_args]
+               "--results", str(results_dir), *known, "--", *pytest_args]
     return parallel.Job(cell.name, command, log=results_dir / f"{cell.name}.log")
 
 
@@ -71,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs < 1:
             raise common.UsageError(f"--jobs {args.jobs}: run at least one cell at a time")
         common.refuse_owned_options(pytest_args)
+        if args.known_failures is not None:  # once, here: not a refusal per cell
+            what_to_run(None, args.known_failures, pytest_args)
         results_dir = common.results_folder(args.results).resolve()
         matrix = common.load_matrix(args.matrix)
         try:
@@ -81,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     except common.UsageError as exc:
         return common.error(PROG, str(exc))
     envdir = (args.envdir or project / ".nox").resolve()
-    jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args) for c in chosen]
+    jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args,
+                     known_failures=args.known_failures) for c in chosen]
     output.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
     return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
 

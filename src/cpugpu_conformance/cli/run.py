@@ -48,7 +48,7 @@ INI_NAME = "suite.ini"
 # line once before it loads any conftest.py, when it does not know these yet: it takes
 # `--cell-name .` for an unknown flag and a path `.`, and loads that folder's conftest.py.
 # `--cell-name=.` is one argument that is never a path.
-SUITE_VALUE_OPTIONS = ("--impl", "--device", "--cell-result", "--cell-name", "--promise")
+SUITE_VALUE_OPTIONS = ("--impl", "--device", "--cell-result", "--cell-name", "--promise", "--known-failures")
 
 _CACHE = "needs pytest's cache, which `run` keeps off (it would be written into the installed package)"
 _SUITE_FOLDER = "`run` sets it to the suite's folder, so that no configuration or conftest.py from elsewhere is read"
@@ -388,7 +388,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pytest_args",
         nargs=argparse.REMAINDER,
         metavar="ARGS",
-        help="the suite's options (--impl, --device, --cell-result, --cell-name, --promise, "
+        help="the suite's options (--impl, --device, --cell-result, --cell-name, --promise, --known-failures, "
         "--hypothesis-profile) and any of pytest's; `run --help` lists them all",
     )
 

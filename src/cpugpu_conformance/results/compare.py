@@ -118,6 +118,8 @@ class Comparison:
     fixed: list[Change] = field(default_factory=list)
     still_failing: list[Change] = field(default_factory=list)  # failed in both: no regression, but no pass
     not_compared: list[Change] = field(default_factory=list)  # waived in both: the team's opt-out, never a pass
+    known_failures: list[Change] = field(default_factory=list)  # the candidate failed as the team's file lists: no regression
+    listed_but_passed: list[Change] = field(default_factory=list)  # listed as known failures, passed by the candidate
     verdict_changes: list[Change] = field(default_factory=list)  # every pair whose outcome differs
     recorded_changes: list[Change] = field(default_factory=list)
     observation_changes: list[tuple[str, str | None, str | None]] = field(default_factory=list)
@@ -201,13 +203,18 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
                 if (before.kind, before.note) != (after.kind, after.note):
                     cmp.recorded_changes.append(change)
                 continue
-            if before.kind == "passed":
+            if after.listed:  # a stale entry of the team's file: no regression, but the candidate's run fails on it
+                cmp.listed_but_passed.append(change)
+            if after.kind == "known_failure":  # listed by the team for this torch: told, never a regression
+                cmp.checked += before.kind == "passed"
+                cmp.known_failures.append(change)
+            elif before.kind == "passed":
                 cmp.checked += 1
                 if after.kind != "passed":
                     cmp.regressions.append(change)
-            elif before.kind == "failed" and after.kind == "passed":
+            elif before.kind in ("failed", "known_failure") and after.kind == "passed":
                 cmp.fixed.append(change)
-            elif before.kind == "failed":
+            elif before.kind in ("failed", "known_failure"):
                 cmp.still_failing.append(change)
     if not cmp.unusable and not cmp.checked:
         # Nothing passed in the baseline, so nothing could regress: "all 0 checks hold" proves nothing.

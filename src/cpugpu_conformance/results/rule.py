@@ -4,9 +4,11 @@
   ran and held, and the writer names no test of it that did not run to its end (the suite
   requires every test of the promise: testing/judge.py). Skipped, missing, empty, a test
   left out: each is ``untested``; an opt-out the team made (a skip override) is ``waived``,
-  with its reason. Neither is ever a pass.
+  with its reason. Neither is ever a pass. A promise that failed as the team's known-failures
+  file lists (known_failures.py) is ``known_failure``, with the listed reason: tested, no pass.
 - ``answer(result)``: a cell is clean only when it completed and every promise on every
-  device it was asked to test passed or was recorded.
+  device it was asked to test passed, was recorded or is a known failure, and no listed
+  known failure passed (a stale entry fails the cell until it is removed, as xfail_strict).
 
 ``CellResult.outcome()`` and ``CellResult.answer()`` are these functions.
 """
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from .model import CellResult
 
 # Outcome kinds that are verdicts: the gate compares these and nothing else.
-VERDICT_KINDS = ("passed", "failed", "recorded")
+VERDICT_KINDS = ("passed", "failed", "recorded", "known_failure")
 # Outcome kinds for pairs nobody asked about: neither a verdict nor a gap.
 NOT_ASKED_KINDS = ("not_applicable", "not_requested")
 
@@ -34,15 +36,18 @@ NOT_ASKED_KINDS = ("not_applicable", "not_requested")
 class Outcome:
     """What one promise did on one device, decided by the rule.
 
-    kind: passed, failed, recorded (verdicts); untested (asked, but not every check ran and
-    held: skipped, missing, empty, deselected); waived (asked, and the team opted out, with a
-    reason); not_applicable, not_requested (nobody asked); or, for a cell that did not
-    complete, its status.
+    kind: passed, failed, recorded, known_failure (verdicts: known_failure failed as the
+    team's known-failures file lists, the note is its reason); untested (asked, but not every
+    check ran and held: skipped, missing, empty, deselected); waived (asked, and the team
+    opted out, with a reason); not_applicable, not_requested (nobody asked); or, for a cell
+    that did not complete, its status. ``listed``: a known-failures listing of a promise that
+    passed (stale: the answer fails on it), one line saying so.
     """
 
     kind: str
     note: str | None = None
     failures: tuple[dict[str, Any], ...] = ()
+    listed: str | None = None
 
     @property
     def is_verdict(self) -> bool:
@@ -93,6 +98,8 @@ def outcome(result: CellResult, promise: str, device: str) -> Outcome:
         return Outcome("untested", f"the result has no verdict for promise {promise} on {device}")
     failures = tuple(entry.get("failures") or ())
     verdict = entry.get("verdict")
+    if verdict == "known_failure":
+        return _known_failure(entry, failures)
     if verdict == "failed" or entry.get("failed", 0) > 0 or failures:
         return Outcome("failed", _failure_summary(failures) or entry.get("observed"), failures)
     if entry.get("untested_tests"):  # a test of it did not run to its end: never a pass, whatever the verdict says
@@ -103,7 +110,7 @@ def outcome(result: CellResult, promise: str, device: str) -> Outcome:
         if entry.get("passed", 0) < 1:
             return Outcome("untested", f"recorded as {verdict}, but no check of it ran")
         kind = "recorded" if promise in RECORDED_ONLY else "passed"
-        return Outcome(kind, entry.get("observed") if kind == "recorded" else None)
+        return Outcome(kind, entry.get("observed") if kind == "recorded" else None, listed=_stale(entry))
     if verdict == "not_applicable":
         why = not_applicable(promise, device, accelerators_in(result.environment))  # promise 11 beside an accelerator
         if why is not None:
@@ -120,14 +127,19 @@ def outcomes(result: CellResult) -> Iterator[tuple[str, str, Outcome]]:
 
 
 def answer(result: CellResult) -> Answer:
-    """The cell's answer: clean only when it completed and every asked pair passed or was recorded."""
+    """The cell's answer: clean only when it completed, every asked pair passed, was recorded or is a
+    known failure, and no listed known failure passed."""
     if not result.completed:
         return Answer(result.status, (f"{result.status.replace('_', ' ')}: {first_line(result.detail) or 'no detail'}",))
-    counts = {"passed": 0, "failed": 0, "recorded": 0, "untested": 0, "waived": 0}
+    counts = {"passed": 0, "failed": 0, "recorded": 0, "untested": 0, "waived": 0, "known_failure": 0,
+              "listed_but_passed": 0}
     failed, untested = [], []
     for promise, device, out in outcomes(result):
         if out.kind in counts:
             counts[out.kind] += 1
+        if out.listed:  # strict, as xfail_strict: the file must stop saying it fails
+            counts["listed_but_passed"] += 1
+            failed.append(f"promise {promise} ({result.title(promise)}) on {device}: {out.listed}")
         if out.kind == "failed":
             failed.append(f"promise {promise} ({result.title(promise)}) on {device}: failed: {out.note or 'no message'}")
         elif out.kind in ("untested", "waived"):  # an opt-out is a decision, never a pass
@@ -152,7 +164,7 @@ def answer(result: CellResult) -> Answer:
         untested.append("no device was asked for")
     if failed:
         return Answer("failed", tuple(failed + untested), counts)
-    if untested or not (counts["passed"] + counts["recorded"] + state_passed):
+    if untested or not (counts["passed"] + counts["recorded"] + counts["known_failure"] + state_passed):
         return Answer("untested", tuple(untested) or ("no check of any promise ran",), counts)
     return Answer("passed", (), counts)
 
@@ -164,7 +176,41 @@ def describe(result: CellResult) -> str:
         return a.lines[0]
     c = a.counts
     word = {"passed": "passed", "failed": "FAILED", "untested": "UNTESTED"}[a.kind]
-    return f"{word} ({c['passed']} passed, {c['failed']} failed, {c['untested']} untested, {c['recorded']} recorded)"
+    known = f", {c['known_failure']} known failures" if c.get("known_failure") else ""
+    stale = f", {c['listed_but_passed']} listed as known failures but passed" if c.get("listed_but_passed") else ""
+    return (f"{word} ({c['passed']} passed, {c['failed']} failed, {c['untested']} untested, {c['recorded']} recorded"
+            f"{known}{stale})")
+
+
+def _listing(entry: dict[str, Any]) -> dict[str, Any] | None:
+    listing = entry.get("known_failure")  # known_failures.TABLE: the listing the file gave this pair
+    return listing if isinstance(listing, dict) else None
+
+
+def _listed_where(listing: dict[str, Any]) -> str:
+    entry = listing.get("entry")
+    return f"{listing.get('file') or 'the known-failures file'}" + (f", entry {entry}" if entry else "")
+
+
+def _known_failure(entry: dict[str, Any], failures: tuple[dict[str, Any], ...]) -> Outcome:
+    """A pair recorded as a known failure: only a failure the writer shows, with the reason it was
+    listed for, is one; anything less is no pass either."""
+    listing = _listing(entry) or {}
+    reason = entry.get("reason") or listing.get("reason")
+    if not failures and entry.get("failed", 0) < 1:
+        return Outcome("untested", "recorded as a known failure, but no check of it failed")
+    if not reason:
+        return Outcome("failed", _failure_summary(failures) or "recorded as a known failure with no reason", failures)
+    return Outcome("known_failure", str(reason), failures)
+
+
+def _stale(entry: dict[str, Any]) -> str | None:
+    """The line of a promise that passed although the known-failures file lists it."""
+    listing = _listing(entry)
+    if listing is None:
+        return None
+    return (f"listed as a known failure ({_listed_where(listing)}: {listing.get('reason') or 'no reason'}) "
+            "but it passed: remove the entry (or bound it with torch = \"<release\")")
 
 
 def _tests_summary(tests: list[Any], key: str) -> str:

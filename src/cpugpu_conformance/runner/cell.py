@@ -34,7 +34,7 @@ from typing import Any
 
 from cpugpu_conformance import results
 from cpugpu_conformance.output import say
-from cpugpu_conformance.runner.answer import cell_answer, suite_command, with_tail
+from cpugpu_conformance.runner.answer import SUITE_LAUNCHER, cell_answer, suite_command, with_tail
 from cpugpu_conformance.runner.install import (
     create_env,
     environment_of,
@@ -84,15 +84,23 @@ class CellSpec:
     pytest_args: tuple[str, ...] = ()
     find_links: str | None = None  # a folder of wheels the installer searches too
     offline: bool = False  # the installer uses no network
+    # A team's own tests (the library: their pytest, with the plugin) in place of the shipped suite,
+    # run in ``workdir`` (their checkout); None: the shipped suite, in project_dir.
+    tests: str | None = None
+    workdir: Path | None = None
 
     @classmethod
     def from_matrix_cell(cls, cell: MatrixCell, *, results_dir: Path, project_dir: Path, pytest_args: Sequence[str] = (),
-                         name: str | None = None) -> CellSpec:
-        """The run of a matrix cell: its release, device, time limit, profile and where its torch comes from."""
+                         name: str | None = None, tests: str | None = None, workdir: Path | None = None) -> CellSpec:
+        """The run of a matrix cell: its release, device, time limit, profile and where its torch comes
+        from; with ``tests``, a team's own tests run by their pytest in ``workdir`` (the library's
+        profiles are the matrix's, prefixed: cpugpu-ci)."""
+        profile = f"{LIBRARY_PROFILE_PREFIX}{cell.hypothesis_profile}" if tests else cell.hypothesis_profile
         return cls(name=name or cell.name, release=cell.release, device=cell.device.name,
-                   hypothesis_profile=cell.hypothesis_profile, time_limit_s=cell.time_limit_s,
+                   hypothesis_profile=profile, time_limit_s=cell.time_limit_s,
                    results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir), index_url=cell.index_url,
-                   pytest_args=tuple(pytest_args), find_links=cell.find_links, offline=cell.offline)
+                   pytest_args=tuple(pytest_args), find_links=cell.find_links, offline=cell.offline,
+                   tests=tests, workdir=Path(workdir).resolve() if workdir else None)
 
     @classmethod
     def for_installed_torch(cls, torch_version: str, *, name: str, device: str | None, hypothesis_profile: str,
@@ -128,6 +136,8 @@ class CellSpec:
     def requested(self) -> dict[str, Any]:
         asked: dict[str, Any] = {"device": self.device or "default", "hypothesis_profile": self.hypothesis_profile,
                                  "time_limit_s": self.time_limit_s}
+        if self.tests:
+            asked.update(tests=self.tests)
         if self.release:
             asked.update(torch=self.release.version, numpy=self.release.numpy, build=self.release.build,
                          requirements=self.release.requirements(), index_url=self.index_url)
@@ -315,9 +325,26 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
         if problem:
             return run.fault("wrong_torch", problem)
     spec.remove_staging()  # a killed run's leftovers are not this run's result
-    suite = run_suite(suite_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
-                      cwd=spec.project_dir, interrupts=run.interrupts)
+    suite = run_suite(test_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
+                      cwd=spec.workdir or spec.project_dir, interrupts=run.interrupts)
     return cell_answer(run, suite)
+
+
+LIBRARY_PROFILE_PREFIX = "cpugpu-"  # testing/plugin.py's PROFILE_PREFIX (the runner imports no pytest plugin)
+LIBRARY_PLUGIN = "cpugpu_conformance.testing.plugin"
+
+
+def test_command(spec: CellSpec, python: Path | str) -> list[str]:
+    """The shipped suite (answer.suite_command), or a team's own tests with the library's plugin and
+    its options: the same result file, written to the staging path, under the cell's name."""
+    if spec.tests is None:
+        return suite_command(spec, python)
+    cmd = [str(python), "-c", SUITE_LAUNCHER, spec.tests, "-p", LIBRARY_PLUGIN,
+           "--cpugpu-cell-result", str(spec.staging_path.resolve()), "--cpugpu-cell-name", spec.name,
+           "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]
+    if spec.device:
+        cmd += ["--cpugpu-device", spec.device]
+    return cmd + list(spec.pytest_args)
 
 
 # ---------------------------------------------------------------------------- the CI fallback

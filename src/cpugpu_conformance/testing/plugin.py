@@ -2,7 +2,7 @@
 
     pytest_plugins = ["cpugpu_conformance.testing.plugin"]    (or: pytest -p cpugpu_conformance.testing.plugin)
 
-    pytest [--cpugpu-device NAME|all] [--cpugpu-promise N[,N...]]
+    pytest [--cpugpu-device NAME|all] [--cpugpu-promise N[,N...]] [--cpugpu-known-failures FILE]
            [--cpugpu-cell-result PATH] [--cpugpu-cell-name NAME] [--hypothesis-profile cpugpu-ci]
 
 It parametrizes the tests of the library's classes (BufferTests and its subclasses) by device
@@ -80,6 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="name of this cell in the result file (default: torch-<version>)")
     group.addoption("--cpugpu-promise", dest="cpugpu_promise", metavar="N[,N...]", default=None,
                     help="run only the tests of these promises (CONTRACT.md numbers)")
+    group.addoption("--cpugpu-known-failures", dest="cpugpu_known_failures", metavar="FILE", default=None,
+                    help="a TOML file of [[known_failure]] entries (promise, device, torch, reason): a listed promise "
+                         "that fails is a known failure, not a failure of the run; one that passes fails the run")
 
 
 @pytest.hookimpl(trylast=True)
@@ -159,6 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise
     config.stash[PROMISE_FILTER] = chosen
     recorder = _start_recorder(config, chosen)
+    _load_known_failures(config, recorder)
     try:
         if recorder is not None and recorder.path is not None:
             recorder.observe()  # before the class under test is imported: it may patch torch
@@ -192,7 +196,8 @@ def _configure_controller(config: pytest.Config) -> None:
     check_device_option(config.getoption("cpugpu_device"), flags(config))
     config.stash[PROMISE_FILTER] = select_promises(config.getoption("cpugpu_promise"), flags(config))
     config.stash[PLAN] = None
-    _start_recorder(config, config.stash[PROMISE_FILTER])  # the workers' reports decide the exit status
+    # the workers' reports decide the exit status
+    _load_known_failures(config, _start_recorder(config, config.stash[PROMISE_FILTER]))
 
 
 # The key of what a worker tells the controller in its workeroutput (plain data).
@@ -287,6 +292,23 @@ def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> rec
         recorder.watch_sigint()
     config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
     return recorder
+
+
+def _load_known_failures(config: pytest.Config, recorder: recording.CellRecorder | None) -> None:
+    """The team's known failures, for the recorder (the controller, or the only process: workers
+    only run tests). A file that cannot be used is bad input: one line, exit 4, an `error` result."""
+    path = config.getoption("cpugpu_known_failures")
+    if path is None or recorder is None:
+        return
+    from cpugpu_conformance.results import known_failures
+
+    try:
+        recorder.known_failures = known_failures.load(path)
+    except known_failures.KnownFailuresError as exc:
+        flag = flags(config).get("known_failures", "--cpugpu-known-failures")
+        error = pytest.UsageError(f"{flag} {exc}")
+        _record_usage_error(recorder, error)
+        raise error from None
 
 
 def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.UsageError) -> None:

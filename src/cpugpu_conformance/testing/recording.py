@@ -24,6 +24,7 @@ import pytest
 from cpugpu_conformance import devices, results
 from cpugpu_conformance.exits import SuiteExit
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
+from cpugpu_conformance.results import known_failures
 
 from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
@@ -64,13 +65,23 @@ def exit_status(pytest_status: int, answer: results.Answer, checks_ran: bool = F
     every test); 6 some checks ran and held, but some promise went untested or was waived (a
     device asked for is missing, -k or --deselect of some tests, an opt-out). ``checks_ran``:
     a contract test ran its body to the end, even if no promise it checks passed as a whole.
+    pytest's 1 becomes 0 when every failure is one the team's known-failures file lists (the
+    answer is then clean); a listed promise that passed makes the answer, and so the exit, 1.
     """
+    if known_failures_only(pytest_status, answer):
+        return int(pytest.ExitCode.OK)
     if pytest_status != pytest.ExitCode.OK or answer.clean:
         return int(pytest_status)
     if answer.kind == "failed":
         return int(pytest.ExitCode.TESTS_FAILED)
     tested = checks_ran or answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
     return int(SuiteExit.PARTLY_TESTED if tested else SuiteExit.NOTHING_TESTED)
+
+
+def known_failures_only(pytest_status: int, answer: results.Answer) -> bool:
+    """pytest failed the run on tests whose every failure the team lists as known (the answer is
+    clean only when each failure is a listed one, and nothing failed outside a promise)."""
+    return pytest_status == pytest.ExitCode.TESTS_FAILED and answer.clean and bool(answer.counts.get("known_failure"))
 
 
 def environment() -> dict[str, Any]:
@@ -155,6 +166,7 @@ class CellRecorder:
         self.status: str | None = None
         self.answer: results.Answer | None = None
         self.exitstatus: int | None = None  # as exit_status decided it
+        self.known_failures: known_failures.KnownFailures | None = None  # the team's file (plugin.py loads it)
 
     @property
     def plan(self) -> DevicePlan | None:
@@ -317,7 +329,9 @@ class CellRecorder:
         entry = judged.entry(promise, device)
         if dev["status"] == "skipped" and entry["verdict"] != "failed":
             return {**entry, "verdict": "skipped", "reason": dev["reason"]}
-        return entry
+        if self.known_failures is None:
+            return entry
+        return known_failures.mark(entry, self.known_failures, promise, device, _torch_version())
 
     def _crash_lines(self) -> list[str]:
         """Each worker that died: during a test (xdist named it), or between tests."""
@@ -387,6 +401,8 @@ class CellRecorder:
         self.exitstatus = exit_status(session.exitstatus, self.answer, checks_ran)
         if self.sets_exit:
             session.exitstatus = self.exitstatus
+        elif self.known_failures is not None:  # a project's own run: only what the file promises changes
+            session.exitstatus = _with_known_failures(session.exitstatus, self.answer)
         if self.path is None:
             return
         self._write(results.CellResult.new(
@@ -406,11 +422,26 @@ class CellRecorder:
         self.written, self.status = str(result.write(self.path)), result.status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self._say_known_failures(terminalreporter)
         self._say_untested(terminalreporter)
         if not self.written:
             return
         note = "" if self.status == "completed" else f" (status: {self.status})"
         terminalreporter.write_line(f"cell result written to {self.written}{note}", red=self.status != "completed")
+
+    def _say_known_failures(self, terminalreporter: Any) -> None:
+        """What the team's known-failures file did: failures it lists, and listings that passed."""
+        if self.answer is None or self.known_failures is None:
+            return
+        known, stale = self.answer.counts.get("known_failure", 0), self.answer.counts.get("listed_but_passed", 0)
+        if known:
+            terminalreporter.write_line(f"{known} promise-device pair(s) failed as {self.known_failures.file} lists "
+                                        "(known failures): tested, not passed, and no failure of the run", yellow=True)
+        if stale:
+            terminalreporter.write_line(f"{stale} promise-device pair(s) listed in {self.known_failures.file} passed: "
+                                        "the run fails until the entries are removed", red=True)
+            listed = [line for line in self.answer.lines if "listed as a known failure" in line]
+            _write_some(terminalreporter, listed, 5)
 
     def _say_untested(self, terminalreporter: Any) -> None:
         """Why a run whose tests all passed is no pass (exit 5 or 6): what went untested."""
@@ -432,6 +463,22 @@ class CellRecorder:
         if self.untested_lines:
             terminalreporter.write_line("the tests that kept them from passing, and why:", red=True)
             _write_some(terminalreporter, self.untested_lines, 10)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def _with_known_failures(pytest_status: int, answer: results.Answer) -> int:
+    """pytest's exit status in a run that leaves it pytest's, with a known-failures file: 0 when
+    every failure is a listed one, 1 when a listed promise passed (strict, as xfail_strict)."""
+    if known_failures_only(pytest_status, answer):
+        return int(pytest.ExitCode.OK)
+    if pytest_status == pytest.ExitCode.OK and answer.counts.get("listed_but_passed"):
+        return int(pytest.ExitCode.TESTS_FAILED)
+    return int(pytest_status)
 
 
 def _write_some(terminalreporter: Any, lines: list[str] | tuple[str, ...], shown: int) -> None:

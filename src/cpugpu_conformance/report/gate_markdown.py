@@ -1,0 +1,121 @@
+"""The gate's answer in Markdown, for a CI job summary (``gate --job-summary FILE``; GitHub's
+$GITHUB_STEP_SUMMARY): the answer first, then what regressed with each reproducer folded in
+``<details>``, the known failures, the listed promises that passed, and the rest folded.
+
+Words, never emoji or colour alone. Every text from a result file is escaped (it is another
+machine's output): HTML in a table cell or a summary, a reproducer in a code fence longer than
+any run of backticks it holds. GitHub keeps at most 1 MiB of a step's summary, so a long
+reproducer is cut with a note and at most MAX_SHOWN changes of a kind are listed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Sequence
+
+from ..results import CellResult, Change, Comparison, one_line
+
+MAX_SHOWN = 50  # changes of one kind listed; the rest are counted
+REPRODUCER_LIMIT = 20_000  # characters of one reproducer
+
+HEADLINES = {0: "PASS", 1: "FAIL", 2: "NO ANSWER"}
+
+
+def cell_text(text: object, limit: int = 300) -> str:
+    """Text for a table cell or a summary line: one line, HTML escaped, no table breaks."""
+    return html.escape(one_line(str(text), limit)).replace("|", "&#124;")
+
+
+def code_block(text: str, language: str = "python") -> str:
+    """``text`` in a fence no line of it can close."""
+    if len(text) > REPRODUCER_LIMIT:
+        text = text[:REPRODUCER_LIMIT] + f"\n# ... cut at {REPRODUCER_LIMIT:,} characters: the result file has it all\n"
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+
+
+def _side(label: str, cell: CellResult) -> str:
+    return f"{label} <code>{cell_text(cell.name, 120)}</code> (torch {cell_text(cell.release, 60)})"
+
+
+def _table(changes: Sequence[Change], extra: str | None = None) -> list[str]:
+    head = "| promise | device | baseline | candidate |" + (f" {extra} |" if extra else "")
+    rule = "|---|---|---|---|" + ("---|" if extra else "")
+    rows = [head, rule]
+    for c in changes[:MAX_SHOWN]:
+        row = (f"| {c.promise} {cell_text(c.title, 80)} | {cell_text(c.device, 20)} | {cell_text(c.before.describe())} "
+               f"| {cell_text(c.after.describe())} |")
+        if extra:
+            row += f" {cell_text(c.after.listed or c.after.note or '')} |"
+        rows.append(row)
+    if len(changes) > MAX_SHOWN:
+        rows.append(f"\n... and {len(changes) - MAX_SHOWN} more (the gate's log lists every one)")
+    return rows
+
+
+def _reproducers(changes: Iterable[Change]) -> list[str]:
+    out = []
+    for c in list(changes)[:MAX_SHOWN]:
+        for failure in c.after.failures:
+            test = cell_text(failure.get("test"), 200)
+            message = str(failure.get("message") or "").strip()
+            body = [f"<details><summary>Reproducer: promise {c.promise} on {cell_text(c.device, 20)}: "
+                    f"<code>{test}</code></summary>", ""]
+            if message:
+                body += [code_block(message, "text"), ""]
+            reproducer = failure.get("reproducer")
+            body += [code_block(str(reproducer)) if reproducer else "(no reproducer recorded)", "", "</details>"]
+            out += body
+    return out
+
+
+def _section(title: str, lines: list[str]) -> list[str]:
+    return ["", f"#### {title}", "", *lines] if lines else []
+
+
+def _folded(title: str, lines: Sequence[str]) -> list[str]:
+    if not lines:
+        return []
+    items = [f"- {cell_text(line, 500)}" for line in lines[:MAX_SHOWN]]
+    if len(lines) > MAX_SHOWN:
+        items.append(f"- ... and {len(lines) - MAX_SHOWN} more")
+    return ["", f"<details><summary>{title} ({len(lines)})</summary>", "", *items, "", "</details>"]
+
+
+def comparison_markdown(baseline: CellResult, candidate: CellResult, cmp: Comparison, text: str, code: int) -> str:
+    """The job summary of a comparable pair: ``text`` is the gate's plain report (its last line is
+    the answer, said once for both), ``code`` its exit code."""
+    verdict = text.rstrip().splitlines()[-1] if text.strip() else HEADLINES.get(code, "")
+    out = [f"### cpugpu-conformance gate: {HEADLINES.get(code, f'exit {code}')}", "",
+           f"**{cell_text(verdict, 600)}** (exit {code})", "",
+           f"{_side('baseline', baseline)}, {_side('candidate', candidate)}; devices: "
+           f"{cell_text(', '.join(cmp.devices), 100)}"]
+    out += _section("Regressions (passed in the baseline, not in the candidate)",
+                    _table(cmp.regressions) + [""] + _reproducers(cmp.regressions) if cmp.regressions else [])
+    out += _section("Known failures (listed in your known-failures file: not regressions)",
+                    _table(cmp.known_failures) + [""] + _reproducers(cmp.known_failures)
+                    if cmp.known_failures else [])
+    out += _section("Listed as known failures, but the candidate passes them: remove the entries",
+                    _table(cmp.listed_but_passed, "listing") if cmp.listed_but_passed else [])
+    out += _section("Still failing (in the baseline too: not regressions)",
+                    _table(cmp.still_failing) if cmp.still_failing else [])
+    out += _folded("Fixed", [c.line() for c in cmp.fixed])
+    out += _folded("Not compared (waived in both cells)", [c.line() for c in cmp.not_compared])
+    observed = [f"observed torch behaviour {probe}: {before if before is not None else '(not probed)'} -> "
+                f"{after if after is not None else '(not probed)'}" for probe, before, after in cmp.observation_changes]
+    warnings = [*cmp.warnings, *(c.line() for c in cmp.recorded_changes), *observed,
+                *([cmp.observations_not_compared] if cmp.observations_not_compared else [])]
+    out += _folded("Warnings", warnings)
+    return "\n".join(out) + "\n"
+
+
+def refusal_markdown(lines: Sequence[str], code: int) -> str:
+    """The job summary of a gate that could not compare (exit 2): each gap, one line."""
+    out = [f"### cpugpu-conformance gate: {HEADLINES.get(code, f'exit {code}')}", "",
+           f"**Nothing to compare, refusing to pass** (exit {code}):", ""]
+    out += [f"- {cell_text(line, 500)}" for line in lines[:MAX_SHOWN]]
+    if len(lines) > MAX_SHOWN:
+        out.append(f"- ... and {len(lines) - MAX_SHOWN} more")
+    return "\n".join(out) + "\n"
