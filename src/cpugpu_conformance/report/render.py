@@ -257,11 +257,19 @@ def _matrix_rows(cells: list[ReportedCell], cols: list[Column], numbers: list[st
             "cell_answer": None if cell_answer.kind == answer.kind else cell_answer,
             "marks": [{"mark": out, "style": MARKS[out.kind], "anchor": f"fail-{col.index}-{i}",
                        "same_as": repeats[n].get(col.index),
+                       # on demand (the cell's title): the dtypes the promise was checked with on this device
+                       "dtypes": _checked_with(col.cell, n, col.device),
                        "note_shown": bool(out.note) and out.kind in NOTED_KINDS
                        and not (reason is not None and out.kind == "untested")}
                       for i, n in enumerate(numbers, 1) for out in [marks_of[n][col.index]]],
         })
     return rows
+
+
+def _checked_with(cell: ReportedCell, promise: str, device: str) -> list[str]:
+    entry = cell.result.entry(promise, device) if cell.completed else None
+    dtypes = (entry or {}).get("dtypes")
+    return [str(d) for d in dtypes] if isinstance(dtypes, list) else []
 
 
 # How many releases that do not conform the answer lists per device before it says "and N more".

@@ -48,6 +48,7 @@ class TestEvidence:
     blame: str | None = None
     reproducer: str | None = None
     observed: str | None = None
+    dtypes: tuple[str, ...] = ()  # what its scenarios were built with
     state: dict[str, Any] | None = None  # a MutableStateTests test's record (state_judge.py)
 
     @property
@@ -64,6 +65,8 @@ class TestEvidence:
         for name in ("blame", "reproducer", "observed"):
             if props.get(name) is not None:
                 setattr(self, name, props[name])
+        if props.get("dtypes"):
+            self.dtypes = tuple(props["dtypes"])
         if wasxfail is not None:
             self.wasxfail = wasxfail
         if outcome == "skipped" and self.skip_reason is None:
@@ -212,7 +215,7 @@ class Judgement:
     def entry(self, promise: str, device: str) -> dict[str, Any]:
         """The verdict of one promise on one device the run was asked about, with the tests behind it."""
         failures = self.failed_tests_of(promise, device)
-        held, observed = 0, []
+        held, observed, dtypes = 0, [], set()
         untested: list[dict[str, str]] = []
         waived: list[dict[str, str]] = []
         skipped: list[dict[str, str]] = []
@@ -232,6 +235,7 @@ class Judgement:
                 verdict = self.verdicts[ev.nodeid]
                 if verdict.kind == HELD:
                     held += 1
+                    dtypes.update(ev.dtypes)
                     if ev.observed:
                         observed.append(ev.observed)
                 elif verdict.kind == FAILED:
@@ -261,6 +265,8 @@ class Judgement:
             return {"verdict": "skipped", "reason": "; ".join(sorted({t["why"] for t in skipped}))
                     or "no test of this promise ran", **out}
         out["verdict"] = "recorded" if promise in RECORDED_ONLY else "passed"
+        if dtypes:  # what it was checked with here: on CUDA some dtypes cannot even be made (issue 23)
+            out["dtypes"] = sorted(dtypes)
         if observed:
             out["observed"] = "; ".join(sorted(set(observed)))
         if skipped:  # checks that could not run here: untested, and no part of the pass

@@ -103,7 +103,7 @@ def annotate(item: pytest.Item, report: pytest.TestReport, kind: str | None = No
     facts = item_facts(item, kind)
     record = item.stash.get(RECORD, None)
     if record is not None:
-        facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail)
+        facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail, dtypes=sorted(record.dtypes))
         if record.observed is not None:
             facts["observed"] = record.observed
         if report.when == "call" and (record.stamp == "raised" or report.failed):

@@ -56,6 +56,8 @@ class Record:
         self.stamp: str | None = None
         self.stamp_detail: str | None = None
         self.contract_skip: str | None = None
+        # The dtypes its scenarios bound: the result file says what each promise was checked with.
+        self.dtypes: set[str] = set()
 
     def __repr__(self) -> str:
         # Hypothesis prints a failing example's arguments: an address would differ run to run.
@@ -172,6 +174,8 @@ class Scenario:
     def bind(self, **values: Any) -> None:
         self.steps.append(Step("".join(f"{k} = {literal(v)}\n" for k, v in values.items())))
         self.ns.update(values)
+        if isinstance(values.get("dtype"), torch.dtype):  # what the test checked, for the result file
+            self.record.dtypes.add(str(values["dtype"]).removeprefix("torch."))
         self._record()
 
     def call(self, func: Callable[..., Any], *args: Any, into: str | tuple[str, ...] | None = None,

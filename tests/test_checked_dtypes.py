@@ -1,0 +1,37 @@
+"""Say what was checked where (issue 23, item 4): the result file records, per promise and device, the
+dtypes its tests were built with, so a narrower check (on CUDA torch cannot even make the bit,
+sub-byte and float4 kinds) is visible, not silent; the published page shows them on demand."""
+
+from __future__ import annotations
+
+import json
+
+from suite_runner import run_suite
+
+from cpugpu_conformance.testing import dtypes
+
+
+def test_the_result_names_the_dtypes_each_promise_was_checked_with(tmp_path):
+    run = run_suite(tmp_path, "--promise", "1,6", "--device", "cpu")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    one = run.result["promises"]["1"]["devices"]["cpu"]["dtypes"]
+    # Promise 1 checks every dtype the installed torch can make on the CPU, every run.
+    assert one == sorted(info.name for info in dtypes.all_dtypes("cpu")), one
+    six = run.result["promises"]["6"]["devices"]["cpu"]["dtypes"]
+    assert "bfloat16" in six
+    assert "dtypes" not in run.result["promises"]["2"]["devices"]["cpu"]  # not asked: nothing checked
+
+
+def test_the_page_shows_them_on_demand(tmp_path):
+    from cpugpu_conformance.cli import dispatch
+
+    results = tmp_path / "results"
+    results.mkdir()
+    run = run_suite(tmp_path, "--promise", "6", "--device", "cpu")
+    (results / "torch-x-cpu.json").write_text(json.dumps(run.result))
+    assert dispatch.main(["report", str(results), "--out", str(tmp_path / "compat")]) == 0
+    page = (tmp_path / "compat" / "index.html").read_text(encoding="utf-8")
+    assert "checked with" in page and "bfloat16" in page
+    compat = json.loads((tmp_path / "compat" / "compat.json").read_text(encoding="utf-8"))
+    [cell] = compat["cells"]
+    assert "bfloat16" in cell["promises"]["6"]["devices"]["cpu"]["dtypes"]
