@@ -13,6 +13,7 @@ import pytest
 import result_factory as rf
 from malformed_results import MALFORMED
 
+from cpugpu_conformance import results
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 
@@ -207,7 +208,7 @@ def test_a_reworded_probe_description_is_no_change(tmp_path, capsys):
 def test_a_probe_that_appears_or_disappears_is_a_change(tmp_path, capsys):
     fewer = {k: v for k, v in rf.BASE_OBSERVATIONS.items() if k != "numpy.dtypes"}
     assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", observations=fewer), "--strict") == 1
-    assert "numpy.dtypes: [\"bool\", \"float32\", \"int64\"] -> (not probed)" in capsys.readouterr().out
+    assert f"numpy.dtypes: [\"bool\", \"float32\", \"int64\"] -> {results.NOT_PROBED}" in capsys.readouterr().out
 
 
 def test_a_device_the_candidate_did_not_test_is_refused_unless_left_out(tmp_path, capsys):
@@ -254,7 +255,7 @@ def test_a_table_valued_probe_changes_entry_by_entry(tmp_path, capsys):
     assert gate(tmp_path, baseline, candidate) == 0
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WARNING")]
     assert warnings == [
-        'WARNING: observed torch behaviour dtypes.bcomplex32: (not probed) -> {"numpy": "raises TypeError"}',
+        f'WARNING: observed torch behaviour dtypes.bcomplex32: {results.NOT_PROBED} -> {{"numpy": "raises TypeError"}}',
         'WARNING: observed torch behaviour dtypes.float32: {"numpy": "float32"} -> {"numpy": "float64"}',
     ]
 

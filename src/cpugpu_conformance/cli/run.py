@@ -323,7 +323,11 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
     child: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="cpugpu-conformance-run-") as tmp, _forwarding_signals(child):
         end = Path(tmp) / "end"
-        child.append(subprocess.Popen(child_command(end, suite_pytest_args(folder, prepared.args))))
+        # Hypothesis keeps its example database in the current folder (.hypothesis/): the caller's
+        # folder is theirs, so the run's database lives and dies with the run (the ci profile has none).
+        env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+               or str(Path(tmp) / "hypothesis")}
+        child.append(subprocess.Popen(child_command(end, suite_pytest_args(folder, prepared.args)), env=env))
         returncode = child[0].wait()
         code = int(end.read_text()) if end.is_file() else None
     if code is None:

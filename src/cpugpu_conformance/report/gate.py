@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 
-from ..results import Answer, CellResult, Comparison, one_line
+from ..results import NOT_PROBED, Answer, CellResult, Comparison, one_line
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -108,7 +108,7 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     kind = "CHANGED" if strict else "WARNING"
     for probe, before, after in cmp.observation_changes:
         notes.append(f"{kind}: observed torch behaviour {probe}: "
-                     f"{before if before is not None else '(not probed)'} -> {after if after is not None else '(not probed)'}")
+                     f"{before if before is not None else NOT_PROBED} -> {after if after is not None else NOT_PROBED}")
     if cmp.observations_not_compared:
         notes.append(f"WARNING: {cmp.observations_not_compared}")
     if notes:

@@ -14,7 +14,7 @@ import html
 import re
 from collections.abc import Iterable, Sequence
 
-from ..results import CellResult, Change, Comparison, one_line
+from ..results import NOT_PROBED, CellResult, Change, Comparison, one_line
 
 MAX_SHOWN = 50  # changes of one kind listed; the rest are counted
 REPRODUCER_LIMIT = 20_000  # characters of one reproducer
@@ -103,8 +103,8 @@ def comparison_markdown(baseline: CellResult, candidate: CellResult, cmp: Compar
                     _table(cmp.still_failing) if cmp.still_failing else [])
     out += _folded("Fixed", [c.line() for c in cmp.fixed])
     out += _folded("Not compared (waived in both cells)", [c.line() for c in cmp.not_compared])
-    observed = [f"observed torch behaviour {probe}: {before if before is not None else '(not probed)'} -> "
-                f"{after if after is not None else '(not probed)'}" for probe, before, after in cmp.observation_changes]
+    observed = [f"observed torch behaviour {probe}: {before if before is not None else NOT_PROBED} -> "
+                f"{after if after is not None else NOT_PROBED}" for probe, before, after in cmp.observation_changes]
     warnings = [*cmp.warnings, *(c.line() for c in cmp.recorded_changes), *observed,
                 *([cmp.observations_not_compared] if cmp.observations_not_compared else [])]
     out += _folded("Warnings", warnings)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .compare import (
     MISSING,
+    NOT_PROBED,
     Change,
     Comparison,
     diff,
@@ -63,7 +64,7 @@ from .rule import NOT_ASKED_KINDS, VERDICT_KINDS, Answer, Outcome
 from .text import DETAIL_LIMIT, SHORT_LIMIT, TEXT_LIMIT, clean_text, first_line, last_line, one_line
 
 __all__ = [
-    "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "MISSING", "NOT_ASKED_KINDS",
+    "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "MISSING", "NOT_ASKED_KINDS", "NOT_PROBED",
     "NO_ACCELERATOR", "SCHEMA_ID", "SCHEMA_VERSION", "SHORT_LIMIT", "TEXT_LIMIT", "UNKNOWN_MACHINE", "VERDICTS",
     "VERDICT_KINDS", "Answer", "CellResult", "Change", "Comparison", "NotRegularFile", "Outcome", "ResultFileError",
     "ResultPathBusy", "check_writable", "clean_text", "count_values", "diff", "exclusive", "fit", "first_line", "json_of", "last_line",

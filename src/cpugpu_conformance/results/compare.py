@@ -15,6 +15,8 @@ from .rule import Outcome
 from .text import one_line
 
 MISSING = object()  # one side of a comparison has no such entry
+# What an observation absent on one side means, where a change is told.
+NOT_PROBED = "(not probed: that cell's run had no such probe, an older suite's)"
 
 
 def _outcome_of_observation(obs: Any) -> Any:

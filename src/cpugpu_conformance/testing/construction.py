@@ -13,20 +13,6 @@ from .base import BufferTests, property_test
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
 PER_CONTEXT = budget.share(10, floor=10)
-# The dtypes torch.set_default_dtype can make the default, first: the ones a caller uses most.
-DEFAULT_STAND_INS = ("float32", "float64", "float16")
-
-
-def simplest_first(infos: tuple[dtypes.DtypeInfo, ...]) -> list[dtypes.DtypeInfo]:
-    """The default's stand-ins, then the dtypes NumPy has, then the rest: a failure's reproducer
-    names the most ordinary dtype that fails (float32 before bcomplex32)."""
-    def rank(info: dtypes.DtypeInfo) -> tuple[int, int, str]:
-        stand_in = DEFAULT_STAND_INS.index(info.name) if info.name in DEFAULT_STAND_INS else len(DEFAULT_STAND_INS)
-        return stand_in, info.numpy is None, info.name
-
-    return sorted(infos, key=rank)
-
-
 class ShapeAndDtypeTests(BufferTests):
     """Promise 1: the shape and dtype asked for, on the host and the device, in every context."""
 
@@ -36,7 +22,7 @@ class ShapeAndDtypeTests(BufferTests):
         # widens uint16 to int32, or passes dtype=None for "the default anyway" (wrong for float32
         # in one context only), is caught every run, not when a draw happens to reach its dtype.
         # The size, the flags and (the plugin's hypothesis key) the examples are drawn per context.
-        for info in simplest_first(dtypes.all_dtypes(device)):
+        for info in dtypes.simplest_first(dtypes.all_dtypes(device)):
             sc = self.build(record, device, data, st.just(info), context=context)
             sc.call(checks.shape_dtype_device)
 

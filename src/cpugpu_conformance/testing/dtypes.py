@@ -106,3 +106,19 @@ def byte_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
 def fillable_dtypes(device: str = "cpu") -> tuple[DtypeInfo, ...]:
     """Dtypes that take fill_ and index assignment: the in-place ops promise 3 exercises."""
     return tuple(i for i in all_dtypes(device) if i.fillable)
+
+
+# The dtypes torch.set_default_dtype can make the default, first: the ones a caller uses most.
+DEFAULT_STAND_INS = ("float32", "float64", "float16")
+
+
+def simplest_first(infos: tuple[DtypeInfo, ...]) -> list[DtypeInfo]:
+    """The default's stand-ins, then the dtypes NumPy has, then the rest: hypothesis shrinks a
+    draw towards the first, so a failure's reproducer names the most ordinary dtype that fails
+    (float32 before bcomplex32)."""
+
+    def rank(info: DtypeInfo) -> tuple[int, bool, str]:
+        stand_in = DEFAULT_STAND_INS.index(info.name) if info.name in DEFAULT_STAND_INS else len(DEFAULT_STAND_INS)
+        return stand_in, info.numpy is None, info.name
+
+    return sorted(infos, key=rank)

@@ -26,11 +26,13 @@ spellings, and asks for the suite's own exit status (SUITE_EXIT) on every run.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from cpugpu_conformance import devices
+from cpugpu_conformance.promises import APPLIES_TO, not_applicable
 
 from . import recording, reports
 from .plan import (
@@ -257,7 +259,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     facts = {"inventory": inventory.as_data(),
              "required": manifest.required(plan, config.stash.get(PROMISE_FILTER, None)),
              "area_of": manifest.area_of(),
-             "state_required": manifest.state_required(plan, inventory.classes(STATE_KIND))}
+             "state_required": manifest.state_required(plan, inventory.classes(STATE_KIND)),
+             "deselected_why": config.stash.get(_DESELECTED_WHY, None) or {}}
     config.stash[RUN_FACTS] = facts
     if hasattr(config, "workeroutput"):  # an inert run's worker worked its plan out only now
         config.workeroutput.setdefault(_WORKER_FACTS, {"plan": as_facts(plan), "warnings": [], "refused": None})
@@ -406,10 +409,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         drop = ours
     else:
         drop = [item for item in ours if not _wanted(item, config.stash[PROMISE_FILTER])]
+        config.stash[_DESELECTED_WHY] = dict(Counter(_why_not_wanted(item, config) for item in drop))
     if drop:
         config.hook.pytest_deselected(items=drop)
         dropped = {id(item) for item in drop}
         items[:] = [item for item in items if id(item) not in dropped]
+
+
+# Why the plugin deselected the tests it did (reason -> how many), for the run's last lines.
+_DESELECTED_WHY = pytest.StashKey[dict]()
+
+
+def _why_not_wanted(item: pytest.Item, config: pytest.Config) -> str:
+    """Why a library test does not run here, in words a newcomer reads in the summary."""
+    device = reports.device_of(item)
+    marked = [str(name) for mark in item.iter_markers(DEVICES_MARK) for name in mark.args]
+    if marked and device not in marked:
+        return f"runs only on {', '.join(marked)} (its {DEVICES_MARK} marker)"
+    chosen = config.stash.get(PROMISE_FILTER, None)
+    promises = reports.promises_of(item)
+    if chosen is not None and not promises & chosen:
+        return f"not asked for ({flags(config)['promise']} {','.join(sorted(chosen, key=int))})"
+    plan = _plan(config)
+    whys = sorted({why for p in promises for why in [not_applicable(p, str(device), plan.accelerators)] if why})
+    elsewhere = sorted({d for p in promises for d in APPLIES_TO.get(p, ()) if d not in plan.tested})
+    missing = "; ".join(f"{d} is not tested here ({plan.entry(d).get('reason', 'not requested')})" for d in elsewhere)
+    return "; ".join(whys) + (f": {missing}" if missing else "")
 
 
 def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -495,3 +520,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"nothing was tested: no requested device is available ({reasons})", red=True)
     for warning in config.stash.get(WARNINGS, []):
         terminalreporter.write_line(f"warning: {warning}", yellow=True)
+    why = config.stash.get(_DESELECTED_WHY, None) or (config.stash.get(RUN_FACTS, None) or {}).get("deselected_why")
+    if why and _is_controller(config):
+        total = sum(why.values())
+        terminalreporter.write_line(f"cpugpu-conformance deselected {total} test(s) that do not apply: "
+                                    + "; ".join(f"{reason} ({n})" for reason, n in sorted(why.items())))
