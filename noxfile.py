@@ -10,6 +10,7 @@
     nox -s matrix -- --jobs 4 [CELL|TAG...]   the cells side by side, each in .nox/<cell> (cpugpu-conformance matrix)
     nox -s installed -- --device all          the torch already installed, nothing installed
     nox -s tests                              the project's own tests
+    nox -s quick                              the core of them, in minutes (tests marked quick)
     nox -s mutation                           the suite's mutation score against the reference (cosmic-ray)
     nox -s report                             results/ -> compat/
     nox -s gate -- --baseline 2.14.1 --candidate 2.15.0
@@ -160,6 +161,13 @@ def tests(session: nox.Session) -> None:
     """The project's own tests (tests/), with torch 2.13.0: `nox -s tests -- -k matrix`."""
     _tests_torch(session)
     session.run("pytest", "tests", "-n", "2", *session.posargs)
+
+
+@nox.session(python=MATRIX.python)
+def quick(session: nox.Session) -> None:
+    """The core in minutes (tests marked quick: the rule, the gate, the suite end to end), with torch 2.13.0."""
+    _tests_torch(session)
+    session.run("pytest", "tests", "-m", "quick", "-n", "2", *session.posargs)
 
 
 @nox.session(python=MATRIX.python, default=False)

@@ -15,6 +15,7 @@ from cpugpu_conformance.testing import reports
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*names): the devices a test needs; skipped, with the reason, where one is missing")
+    config.addinivalue_line("markers", "quick: the core, checked in minutes (nox -s quick)")
     # The tests import the library's classes (their marks) without enabling its plugin.
     reports.register_markers(config)
 

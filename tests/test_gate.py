@@ -17,6 +17,8 @@ from cpugpu_conformance import results
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 
+pytestmark = pytest.mark.quick  # the core: nox -s quick
+
 # Pairs a clean CPU cell has verdicts for, judged (not recorded); and promises that apply on CUDA.
 JUDGED_ON_CPU = sum(1 for p in PROMISES if p not in RECORDED_ONLY and applies(p, "cpu"))
 APPLY_ON_CUDA = sum(1 for p in PROMISES if applies(p, "cuda"))

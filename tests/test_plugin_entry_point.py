@@ -103,3 +103,15 @@ def test_the_space_form_of_the_result_path_outside_the_project(project, tmp_path
     assert f"rootdir: {project}" in ran.stdout or "rootdir" not in ran.stdout
     data = json.loads(result.read_text())
     assert data["status"] == "completed" and data["promises"]["2"]["devices"]["cpu"]["verdict"] == "passed"
+
+
+def test_the_librarys_checks_are_not_rewritten_by_pytest(tmp_path):
+    """Loaded as a plugin, the package would have its asserts rewritten: the checks' own messages would
+    grow pytest's explanations, and the reproducers built from them would import `@py_builtins`."""
+    (tmp_path / "test_theirs.py").write_text(
+        "from cpugpu_conformance.testing import checks, mutability, side_effects\n\n\n"
+        "def test_not_rewritten():\n"
+        "    for f in (checks.zeroed, checks.shape_dtype_device, mutability.not_inference, side_effects.unchanged):\n"
+        "        assert not [n for n in f.__code__.co_names if n.startswith('@')], f.__name__\n")
+    ran = pytest_in(tmp_path, "-q")
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr

@@ -22,6 +22,8 @@ from cpugpu_conformance import results
 from cpugpu_conformance.promises import PROMISES, RECORDED_ONLY, applies
 from cpugpu_conformance.results import CellResult, ResultFileError, clean_text
 
+pytestmark = pytest.mark.quick  # the core: nox -s quick
+
 
 def cell(edit=None, **kwargs) -> CellResult:
     data = rf.completed("2.13.0", **kwargs)

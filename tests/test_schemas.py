@@ -15,6 +15,8 @@ from cpugpu_conformance.results import schema
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.testing.budget import PROFILES
 
+pytestmark = pytest.mark.quick  # the core: nox -s quick
+
 SCHEMAS = Path(matrices.__file__).resolve().parents[1] / "schemas"
 SCHEMA_FILES = sorted(SCHEMAS.glob("*.schema.json"))
 

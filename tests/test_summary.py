@@ -17,6 +17,8 @@ from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES
 from cpugpu_conformance.report import summary
 
+pytestmark = pytest.mark.quick  # the core: nox -s quick
+
 
 def one_error(capsys) -> str:
     captured = capsys.readouterr()

@@ -6,6 +6,9 @@ result says "not applicable", never "skipped". How to synchronize a device (sync
 caller's current stream), queue a long job there, capture work without running it, or refuse a
 hidden synchronize come from the registry, devices.py; a check the machine cannot make is
 skipped with the reason.
+
+PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
+and the functions go into reproducers as they are written.
 """
 
 from __future__ import annotations

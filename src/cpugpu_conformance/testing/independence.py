@@ -5,6 +5,9 @@ share storage: a write to one is invisible in every other, and a new buffer is z
 even when an earlier one of the same size was written, or was dropped (a pooling or
 caching allocator must hand out distinct, zeroed memory). `make()` builds a buffer of the
 `size` and `dtype` bound at the time, so the reproducer reads as the sequence that failed.
+
+PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
+and the functions go into reproducers as they are written.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ run: its answer (results.CellResult.answer, the one rule) decides the exit statu
 without a result file (`exit_status`). With --cell-result it holds the result path for the
 whole run, with an ``interrupted`` placeholder in it until the run's own answer replaces
 it, so a run that dies never leaves an older pass behind.
+
+PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
+and the functions go into reproducers as they are written.
 """
 
 from __future__ import annotations

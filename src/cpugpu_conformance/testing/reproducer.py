@@ -122,8 +122,9 @@ def per_device(attribute: str) -> Callable[[Callable[..., Any]], Callable[..., A
 
 
 def _code_names(code: types.CodeType) -> set[str]:
-    """The global names a function's code (nested functions and comprehensions too) reads."""
-    names = set(code.co_names)
+    """The global names a function's code (nested functions and comprehensions too) reads; not the
+    names pytest's assertion rewriting adds (@py_builtins, @pytest_ar), which no script can import."""
+    names = {name for name in code.co_names if not name.startswith("@")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)

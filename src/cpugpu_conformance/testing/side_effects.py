@@ -9,6 +9,9 @@ run: it is a pytest parameter. The state only one device has (its current stream
 from the registry, devices.py. A context that is the plain one on this machine (the last
 CUDA device made current, with one device) cannot show what it is there for: its test is
 skipped with the reason, untested, never passed.
+
+PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
+and the functions go into reproducers as they are written.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ tensor copied onto itself torch copies nothing, so it costs nothing at any size)
 every in-place op it bumps the tensor's version counter: a tensor saved for a backward pass
 that has not run yet refuses that backward afterwards. A tensor that requires grad is
 written under ``no_grad()``, as an engine updates its weights, so no graph is recorded into it.
+
+PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
+and the functions go into reproducers as they are written.
 """
 
 from __future__ import annotations
