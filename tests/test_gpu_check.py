@@ -104,6 +104,16 @@ def test_a_failing_suite_fails_loudly_with_its_own_code(tmp_path):
     assert "promise 3" in (out / "summary.txt").read_text()
 
 
+def test_a_promise_with_a_test_deselected_is_no_pass(tmp_path):
+    """Issue 21 through this door: `-- -k` leaves the promise untested, and the check's exit is not 0."""
+    proc, out = run_check(tmp_path, "--", "--promise", "5", "-k", "not numpy_view_by_default")
+    assert proc.returncode == 6, proc.stdout + proc.stderr
+    _, result = _result(out)
+    entry = result["promises"]["5"]["devices"]["cpu"]
+    assert entry["verdict"] == "skipped" and "deselected" in entry["untested_tests"][0]["why"], entry
+    assert "on cpu: untested" in (out / "summary.txt").read_text()
+
+
 def test_an_earlier_pass_in_the_folder_does_not_stand(tmp_path):
     proc, out = run_check(tmp_path, "--", "--promise", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
