@@ -40,6 +40,7 @@ from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.cli.common import UsageError, is_interrupted_exit, refuse_owned_options
 from cpugpu_conformance.exits import ExitCode
+from cpugpu_conformance.runner import CellSpec
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import install as installing
 from cpugpu_conformance.runner import matrix as matrices
@@ -137,7 +138,7 @@ def installed(session: nox.Session) -> None:
     probe = installing.probe_torch(python)
     if not probe.get("torch"):
         session.error(f"{python}: no importable torch ({probe.get('torch_error') or probe.get('probe_error') or 'not installed'})")
-    spec = cells.CellSpec.for_installed_torch(
+    spec = CellSpec.for_installed_torch(
         probe["torch"], name=ours.cell_name or f"installed-torch-{installing.base_version(probe['torch'])}-{ours.device or 'default'}",
         device=ours.device, hypothesis_profile=ours.hypothesis_profile or MATRIX.hypothesis_profile,
         time_limit_s=MATRIX.time_limit_s, results_dir=RESULTS, project_dir=ROOT, pytest_args=pytest_args)

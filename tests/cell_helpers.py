@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cpugpu_conformance import results
-from cpugpu_conformance.runner.cell import CellSpec
+from cpugpu_conformance.runner import CellSpec
 from cpugpu_conformance.runner.matrix import Release
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -435,7 +435,7 @@ def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path
     runs installs with the installer offline, from that folder."""
     from cpugpu_conformance.cli import bisection as cli_bisect
     from cpugpu_conformance.cli import dispatch as cli
-    from cpugpu_conformance.runner import cell as cells
+    from cpugpu_conformance.runner import CellSpec
 
     no_network(monkeypatch)
     folder = fake_wheels(tmp_path / "wheels", ["2.13.0", "2.14.1", "2.15.0"])
@@ -445,7 +445,7 @@ def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path
     installs = []
 
     def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None):
-        spec = cells.CellSpec.from_matrix_cell(c, results_dir=results_dir, project_dir=project_dir)
+        spec = CellSpec.from_matrix_cell(c, results_dir=results_dir, project_dir=project_dir)
         installs.append(installing.install_command(Path("python"), spec.release, index_url=spec.index_url,
                                               requirements_file=None, find_links=spec.find_links, offline=spec.offline))
         failed = {("1", "cpu"): [rf.failure("t", "shape differs", None)]} if c.torch == "2.15.0" else None

@@ -286,18 +286,13 @@ def test_summary_reads_conformance_results_by_default(tmp_path, monkeypatch, cap
     assert "torch-2.13.0-cpu" in capsys.readouterr().out
 
 
-def test_record_unfinished_and_the_old_entry_point(tmp_path, capsys):
+def test_record_unfinished(tmp_path, capsys):
     path = tmp_path / "results" / "torch-2.15.0-cpu.json"
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: recorded as error"
     assert results.CellResult.load(path).status == "error"
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu", "--session", "s"]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: the cell's answer stands"
-    old = subprocess.run([sys.executable, "-m", "cpugpu_conformance.cell", "record-unfinished", str(path)],
-                         capture_output=True, text=True, check=False)
-    assert old.returncode == 2 and old.stdout == ""
-    assert old.stderr.strip().splitlines() == ["python -m cpugpu_conformance.cell is gone: use cpugpu-conformance "
-                                               "summary|record-unfinished|cell ..."]
     assert cli.main(["record-unfinished", str(path), "--cell", "torch-2.15.0-cpu"]) == 2
     assert "--session" in capsys.readouterr().err
 

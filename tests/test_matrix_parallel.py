@@ -116,12 +116,12 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
 RUNNER = """\
 import sys
 from pathlib import Path
+from cpugpu_conformance.runner import CellSpec, processes
 from cpugpu_conformance.runner import cell as cells
-from cpugpu_conformance.runner import processes
 from cpugpu_conformance.runner.matrix import Release
 name, python = sys.argv[1], sys.argv[2]
-spec = cells.CellSpec(name=name, release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
-                     time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
+spec = CellSpec(name=name, release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
+                time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
 try:
     result = cells.run_cell(spec, python)
 except processes.CellInterrupted as exc:

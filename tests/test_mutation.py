@@ -54,7 +54,7 @@ def _mutant(outcome=score.KILLED, operator="core/ReplaceTrueWithFalse", before="
 
 
 def _entry(operator="core/ReplaceTrueWithFalse", before="x = True", after="x = False"):
-    return eq.Equivalent(operator, before, after, "a reason")
+    return score.Equivalent(operator, before, after, "a reason")
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_an_entry_matches_by_operator_and_lines_not_by_line_number():
 def test_an_entry_without_after_covers_an_operator_glob_on_that_line():
     mutants = [_mutant(operator=f"core/ReplaceBinaryOperator_BitOr_{op}", before="n: int | None", after=f"n: int {sym} None")
                for op, sym in (("Add", "+"), ("Sub", "-"))]
-    entry = eq.Equivalent("core/ReplaceBinaryOperator_BitOr_*", "n: int | None", None, "annotation")
+    entry = score.Equivalent("core/ReplaceBinaryOperator_BitOr_*", "n: int | None", None, "annotation")
     assert eq.match_equivalents(mutants, [entry]) == []
     assert all(m.equivalent == entry for m in mutants)
 
@@ -154,7 +154,7 @@ def test_load_equivalents_normalizes_lines(tmp_path):
               reason
             cpu_only: true
         """)
-    assert eq.load_equivalents(path) == [eq.Equivalent("core/ReplaceTrueWithFalse", "x = True", "x = False", "folded reason", True)]
+    assert eq.load_equivalents(path) == [score.Equivalent("core/ReplaceTrueWithFalse", "x = True", "x = False", "folded reason", True)]
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_a_corrupt_equivalents_file_names_the_culprit(tmp_path, text, culprit):
 
 
 def test_cpu_only_entries_drop_when_the_suite_tests_cuda(monkeypatch):
-    entries = [_entry(), eq.Equivalent("o", "b", None, "r", cpu_only=True)]
+    entries = [_entry(), score.Equivalent("o", "b", None, "r", cpu_only=True)]
     monkeypatch.setattr(eq, "suite_tests_cuda", lambda extra: True)
     assert eq.applicable(entries, []) == entries[:1]
     monkeypatch.setattr(eq, "suite_tests_cuda", lambda extra: False)

@@ -17,10 +17,9 @@ from test_index import fake_index, fake_numpy_wheel, wheel_folder
 from cpugpu_conformance import results
 from cpugpu_conformance.cli.matrix_file import main
 from cpugpu_conformance.report import summary
-from cpugpu_conformance.runner import cell
+from cpugpu_conformance.runner import CellSpec, cell
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import install as installing
-from cpugpu_conformance.runner.cell import CellSpec
 from cpugpu_conformance.runner.matrix import LATEST, Release, load
 
 ROOT = Path(__file__).resolve().parents[1]

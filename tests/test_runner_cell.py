@@ -23,9 +23,8 @@ from cell_helpers import ROOT, fake_python, is_gone, leftovers, on_disk, spec, w
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import dispatch as cli
 from cpugpu_conformance.report.marks import MARKS
-from cpugpu_conformance.runner import answer, cell, processes
+from cpugpu_conformance.runner import CellSpec, answer, cell, processes
 from cpugpu_conformance.runner import install as installer
-from cpugpu_conformance.runner.cell import CellSpec
 from cpugpu_conformance.runner.matrix import Release
 
 # --------------------------------------------------------------------------- outcomes of the test process
@@ -156,12 +155,12 @@ def test_a_class_that_starts_a_session_of_its_own_leaves_nothing_running(tmp_pat
     script.write_text(textwrap.dedent(f"""\
         import sys
         from pathlib import Path
-        from cpugpu_conformance.runner import cell, processes
+        from cpugpu_conformance.runner import CellSpec, cell, processes
         from cpugpu_conformance.runner.matrix import Release
-        spec = cell.CellSpec(name="torch-{release}-cpu", release=Release({release!r}), device="cpu", hypothesis_profile="ci",
-                             time_limit_s=600, results_dir=Path({str(tmp_path / "results")!r}), project_dir=Path({str(ROOT)!r}),
-                             pytest_args=("--impl", {str(ROOT / "tests" / "stray_impls.py")!r} + ":StartsASessionOfItsOwn",
-                                          "--promise", "1", "-x"))
+        spec = CellSpec(name="torch-{release}-cpu", release=Release({release!r}), device="cpu", hypothesis_profile="ci",
+                        time_limit_s=600, results_dir=Path({str(tmp_path / "results")!r}), project_dir=Path({str(ROOT)!r}),
+                        pytest_args=("--impl", {str(ROOT / "tests" / "stray_impls.py")!r} + ":StartsASessionOfItsOwn",
+                                     "--promise", "1", "-x"))
         try:
             cell.run_cell(spec, sys.executable)
         except processes.CellInterrupted:

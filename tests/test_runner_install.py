@@ -233,12 +233,12 @@ def test_an_installer_that_cannot_start_is_a_failed_install_not_a_crash(tmp_path
 INSTALL_AND_RUN = """\
     import sys
     from pathlib import Path
-    from cpugpu_conformance.runner import cell, processes
+    from cpugpu_conformance.runner import CellSpec, cell, processes
     from cpugpu_conformance.runner import install as installer
     from cpugpu_conformance.runner.matrix import Release
     installer.install_command = lambda *args, **kw: {cmd!r}
-    spec = cell.CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
-                         time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
+    spec = CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
+                    time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
     try:
         cell.install_and_run(spec, Path(sys.executable))
     except processes.CellInterrupted as exc:

@@ -166,10 +166,10 @@ HELD_SUITE = """\
 RUNNER = """\
     import sys
     from pathlib import Path
-    from cpugpu_conformance.runner import cell, processes
+    from cpugpu_conformance.runner import CellSpec, cell, processes
     from cpugpu_conformance.runner.matrix import Release
-    spec = cell.CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
-                         time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
+    spec = CellSpec(name="torch-2.15.0-cpu", release=Release("2.15.0"), device="cpu", hypothesis_profile="ci",
+                    time_limit_s=600, results_dir=Path({results!r}), project_dir=Path({root!r}))
     try:
         cell.run_cell(spec, {python!r})
     except processes.CellInterrupted as exc:

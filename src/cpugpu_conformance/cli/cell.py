@@ -32,6 +32,7 @@ from cpugpu_conformance.results import known_failures
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import processes
+from cpugpu_conformance.runner.cell_spec import CellSpec
 
 PROG = "cell"
 HELP = "install one matrix cell's torch in its own environment and run the suite there (what nox -t torch-X does)"
@@ -72,9 +73,9 @@ def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version:
     that interpreter's torch, installing nothing). ``tests``: a team's own tests, run in the current
     folder. Raises results.ResultPathBusy when another run holds its result path,
     processes.CellInterrupted after recording a signal."""
-    spec = cells.CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
-                                           pytest_args=pytest_args, name=name, tests=tests,
-                                           workdir=Path.cwd() if tests else None)
+    spec = CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
+                                     pytest_args=pytest_args, name=name, tests=tests,
+                                     workdir=Path.cwd() if tests else None)
     if python is not None:
         return cells.run_cell(spec, python)
     return cells.create_env_and_run(spec, Path(env_dir), python_version)

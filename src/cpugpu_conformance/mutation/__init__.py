@@ -1,7 +1,7 @@
 """The mutation score: how many mutants of a CpuGpuBuffer implementation the conformance suite kills (cosmic-ray).
 
-    score        the outcomes (killed, survived, timeout, ...), Mutant, how cosmic-ray's results read
-    equivalents  the reviewed equivalent mutants (equivalents.yaml, for the reference) and their matching
+    score        the outcomes (killed, survived, timeout, ...), Mutant and Equivalent, how cosmic-ray's results read
+    equivalents  reading the reviewed equivalents (equivalents.yaml, for the reference), matching them to mutants
     run          Options, run(options, extra): the copy, the baseline, cosmic-ray init and exec
     report       summarize: the report lines and the exit code
 

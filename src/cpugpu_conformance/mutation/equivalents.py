@@ -1,40 +1,17 @@
-"""The reviewed equivalent mutants (equivalents.yaml, beside this module, for the reference) and
-how a mutant is matched to one: by operator and the source lines it changes, never by line number."""
+"""The reviewed equivalent mutants: reading a list (equivalents.yaml, beside this module, for the
+reference), the source lines a mutation changed, and attaching each mutant its entry (score.Equivalent)."""
 
 from __future__ import annotations
 
 import difflib
-import fnmatch
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .score import BadInput, Mutant
+from .score import BadInput, Equivalent, Mutant
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "reference.py"
 DEFAULT_EQUIVALENTS = Path(__file__).resolve().parent / "equivalents.yaml"
-
-
-@dataclass(frozen=True)
-class Equivalent:
-    """A reviewed equivalent mutant: operator glob, changed source line(s) before and after, reason."""
-
-    operator: str
-    before: str
-    after: str | None  # None: every mutant of this operator on that line
-    reason: str
-    cpu_only: bool = False  # equivalent only when the suite tests no CUDA device
-
-    def matches(self, mutant: Mutant) -> bool:
-        return (
-            fnmatch.fnmatchcase(mutant.operator, self.operator)
-            and mutant.before == self.before
-            and (self.after is None or mutant.after == self.after)
-        )
-
-    def describe(self) -> str:
-        return f"{self.operator}: {self.before!r} -> {'(any)' if self.after is None else repr(self.after)}"
 
 
 def _normalize(text: str) -> str:

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..results.text import last_line
-from .equivalents import Equivalent
-from .score import EQUIVALENT, INCOMPETENT, KILLED, NOT_RUN, SURVIVED, TIMEOUT, Mutant
+from .score import EQUIVALENT, INCOMPETENT, KILLED, NOT_RUN, SURVIVED, TIMEOUT, Equivalent, Mutant
 
 NO_OUTPUT = "(no output)"  # what a run that printed nothing shows as its last line
 

@@ -1,4 +1,4 @@
-"""What happened to each mutant: the outcomes, the Mutant record, and how cosmic-ray's results read.
+"""What happened to each mutant: the outcomes, the Mutant and Equivalent records, and how cosmic-ray's results read.
 
 How cosmic-ray's outcomes are read (cosmic-ray itself calls everything but "survived" killed):
   killed       test outcome killed: the suite exited non-zero (a test failed, or it refused the impl)
@@ -13,11 +13,9 @@ How cosmic-ray's outcomes are read (cosmic-ray itself calls everything but "surv
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .equivalents import Equivalent
+from typing import Any
 
 TIMEOUT_OUTPUT = "timeout"  # what cosmic-ray.testing.run_tests stores as output on a timeout
 
@@ -30,6 +28,28 @@ CONTRADICTED = "listed equivalent, but"
 
 class BadInput(Exception):
     """Exit 2; the message is one line naming the culprit."""
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """A reviewed equivalent mutant: operator glob, changed source line(s) before and after, reason.
+    Matched by operator and the lines a mutant changes, never by line number (equivalents.py reads the list)."""
+
+    operator: str
+    before: str
+    after: str | None  # None: every mutant of this operator on that line
+    reason: str
+    cpu_only: bool = False  # equivalent only when the suite tests no CUDA device
+
+    def matches(self, mutant: Mutant) -> bool:
+        return (
+            fnmatch.fnmatchcase(mutant.operator, self.operator)
+            and mutant.before == self.before
+            and (self.after is None or mutant.after == self.after)
+        )
+
+    def describe(self) -> str:
+        return f"{self.operator}: {self.before!r} -> {'(any)' if self.after is None else repr(self.after)}"
 
 
 @dataclass

@@ -10,26 +10,55 @@
   device it was asked to test passed, was recorded or is a known failure, and no listed
   known failure passed (a stale entry fails the cell until it is removed, as xfail_strict).
 
-``CellResult.outcome()`` and ``CellResult.answer()`` are these functions.
+``CellResult.outcome()`` and ``CellResult.answer()`` are these functions. The rule reads a
+result through ``Result`` below, the little of a cell result it needs, so it stands below
+model.py (which holds the file) and never imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..devices import accelerators_in
 from ..promises import APPLIES_TO, RECORDED_ONLY, applies, not_applicable
 from .text import first_line, last_line
 
-if TYPE_CHECKING:
-    from .model import CellResult
-
 # Outcome kinds that are verdicts: the gate compares these and nothing else.
 VERDICT_KINDS = ("passed", "failed", "recorded", "known_failure")
 # Outcome kinds for pairs nobody asked about: neither a verdict nor a gap.
 NOT_ASKED_KINDS = ("not_applicable", "not_requested")
+
+
+class Result(Protocol):
+    """What the rule reads of a cell result (model.CellResult is one)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def completed(self) -> bool: ...
+
+    @property
+    def detail(self) -> str | None: ...
+
+    @property
+    def environment(self) -> Mapping[str, Any]: ...
+
+    def get(self, key: str, /) -> Any: ...
+
+    def promise_numbers(self) -> list[str]: ...
+
+    def requested_promises(self) -> set[str] | None: ...
+
+    def asked_devices(self) -> list[str]: ...
+
+    def device_entry(self, device: str) -> dict[str, Any] | None: ...
+
+    def entry(self, promise: str, device: str) -> dict[str, Any] | None: ...
+
+    def title(self, promise: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +104,7 @@ class Answer:
         return self.kind == "passed"
 
 
-def outcome(result: CellResult, promise: str, device: str) -> Outcome:
+def outcome(result: Result, promise: str, device: str) -> Outcome:
     """What ``promise`` did on ``device``: the one place a pass is decided."""
     if not result.completed:
         return Outcome(result.status, first_line(result.detail))
@@ -119,14 +148,14 @@ def outcome(result: CellResult, promise: str, device: str) -> Outcome:
     return Outcome("untested", entry.get("reason") or "skipped")
 
 
-def outcomes(result: CellResult) -> Iterator[tuple[str, str, Outcome]]:
+def outcomes(result: Result) -> Iterator[tuple[str, str, Outcome]]:
     """(promise, device, outcome) for every promise the contract or the result knows, on every asked device."""
     for promise in result.promise_numbers():
         for device in result.asked_devices():
             yield promise, device, outcome(result, promise, device)
 
 
-def answer(result: CellResult) -> Answer:
+def answer(result: Result) -> Answer:
     """The cell's answer: clean only when it completed, every asked pair passed, was recorded or is a
     known failure, and no listed known failure passed."""
     if not result.completed:
@@ -169,7 +198,7 @@ def answer(result: CellResult) -> Answer:
     return Answer("passed", (), counts)
 
 
-def describe(result: CellResult) -> str:
+def describe(result: Result) -> str:
     """One line for logs and the summary: the answer and its counts."""
     a = answer(result)
     if not result.completed:

@@ -5,6 +5,7 @@
     releases      which torch releases a package index or a folder of wheels offers
     install       one uv environment per torch, the installer and its progress, the torch check
     processes     signals (CellInterrupted) and process groups: run_suite, signal_group, kill_group
+    cell_spec     what a cell is asked to run (CellSpec) and the record of one run (CellRun)
     cell          one cell: claim results/<cell>.json, install, run the suite, write its answer
     answer        the suite's command in a cell, and how its ending becomes the cell's answer
     parallel      several cell runners side by side, output prefixed, stopped together
@@ -16,7 +17,8 @@ cpugpu_conformance.results). The command lines over it are in cpugpu_conformance
 
 from __future__ import annotations
 
-from .cell import CellSpec, ResultPathUnusable, create_env_and_run, install_and_run, record_unfinished, run_cell
+from .cell import ResultPathUnusable, create_env_and_run, install_and_run, record_unfinished, run_cell
+from .cell_spec import CellSpec
 from .matrix import Matrix, MatrixCell, MatrixError, Release, RunnerDevice
 from .processes import CellInterrupted
 

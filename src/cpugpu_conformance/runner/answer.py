@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cpugpu_conformance import results
 from cpugpu_conformance.exits import FINISHED, MEANINGS, SuiteExit
+from cpugpu_conformance.runner.cell_spec import CellRun, CellSpec
 from cpugpu_conformance.runner.install import base_version
 from cpugpu_conformance.runner.processes import SuiteRun, log_tail, signal_name
-
-if TYPE_CHECKING:
-    from cpugpu_conformance.runner.cell import CellRun, CellSpec
-
 
 # `python -m pytest ARGS`, minus the interpreter's teardown: tearing down an interpreter with torch
 # loaded takes about a second after pytest has written the cell's result. The suite's recorder

@@ -15,7 +15,8 @@ reaches stdout and the log line by line as it comes, with a heartbeat line while
 quiet (a download of gigabytes). Results are read and written only through
 results.CellResult, whose answer() decides what a cell's outcome is. The cell, matrix and
 bisect commands (and so nox's conformance, matrix and bisect sessions) and nox's installed
-session all come here; a matrix cell describes its own run (CellSpec.from_matrix_cell).
+session all come here; a matrix cell describes its own run (CellSpec.from_matrix_cell, in
+cell_spec.py with the record of a run, CellRun).
 
 The command lines around it are ``cpugpu-conformance cell|record-unfinished`` (cli/cell.py,
 cli/record.py). The environment and the installer are install.py; signals and process
@@ -26,15 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from cpugpu_conformance import results
 from cpugpu_conformance.output import say
 from cpugpu_conformance.runner.answer import SUITE_LAUNCHER, cell_answer, suite_command, with_tail
+from cpugpu_conformance.runner.cell_spec import CellRun, CellSpec
 from cpugpu_conformance.runner.install import (
     create_env,
     environment_of,
@@ -42,10 +42,8 @@ from cpugpu_conformance.runner.install import (
     probe_torch,
     torch_mismatch,
 )
-from cpugpu_conformance.runner.matrix_model import MatrixCell, Release
 from cpugpu_conformance.runner.processes import (
     CellInterrupted,
-    Interrupts,
     interrupts_raised,
     log_tail,
     run_suite,
@@ -67,115 +65,6 @@ def resolve_latest(spec: CellSpec) -> CellSpec:
 
 
 # ---------------------------------------------------------------------------- one cell
-
-
-@dataclass
-class CellSpec:
-    """Everything a cell run needs to know besides its interpreter."""
-
-    name: str
-    release: Release | None  # None: whatever torch is installed (the `installed` session)
-    device: str | None  # passed as --device; None leaves the suite's default
-    hypothesis_profile: str
-    time_limit_s: float
-    results_dir: Path
-    project_dir: Path
-    index_url: str | None = None
-    pytest_args: tuple[str, ...] = ()
-    find_links: str | None = None  # a folder of wheels the installer searches too
-    offline: bool = False  # the installer uses no network
-    # A team's own tests (the library: their pytest, with the plugin) in place of the shipped suite,
-    # run in ``workdir`` (their checkout); None: the shipped suite, in project_dir.
-    tests: str | None = None
-    workdir: Path | None = None
-
-    @classmethod
-    def from_matrix_cell(cls, cell: MatrixCell, *, results_dir: Path, project_dir: Path, pytest_args: Sequence[str] = (),
-                         name: str | None = None, tests: str | None = None, workdir: Path | None = None) -> CellSpec:
-        """The run of a matrix cell: its release, device, time limit, profile and where its torch comes
-        from; with ``tests``, a team's own tests run by their pytest in ``workdir`` (the library's
-        profiles are the matrix's, prefixed: cpugpu-ci)."""
-        profile = f"{LIBRARY_PROFILE_PREFIX}{cell.hypothesis_profile}" if tests else cell.hypothesis_profile
-        return cls(name=name or cell.name, release=cell.release, device=cell.device.name,
-                   hypothesis_profile=profile, time_limit_s=cell.time_limit_s,
-                   results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir), index_url=cell.index_url,
-                   pytest_args=tuple(pytest_args), find_links=cell.find_links, offline=cell.offline,
-                   tests=tests, workdir=Path(workdir).resolve() if workdir else None)
-
-    @classmethod
-    def for_installed_torch(cls, torch_version: str, *, name: str, device: str | None, hypothesis_profile: str,
-                            time_limit_s: float, results_dir: Path, project_dir: Path,
-                            pytest_args: Sequence[str] = ()) -> CellSpec:
-        """The run of a torch already installed (``2.15.0+cu130``): nothing is installed, but the
-        cell still checks that the suite imports that release and build."""
-        version, _, build = torch_version.partition("+")
-        return cls(name=name, release=Release(version, build=build or None), device=device,
-                   hypothesis_profile=hypothesis_profile, time_limit_s=time_limit_s,
-                   results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir),
-                   pytest_args=tuple(pytest_args))
-
-    @property
-    def result_path(self) -> Path:
-        return self.results_dir / f"{self.name}.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.results_dir / f"{self.name}.log"
-
-    @property
-    def staging_path(self) -> Path:
-        """Where the suite writes; only a finished run's file becomes the result."""
-        return self.results_dir / f".{self.name}.json.part"
-
-    def remove_staging(self) -> None:
-        """The staging file and the lock the suite holds on it, which a killed suite leaves
-        behind. Only while this run holds the result path."""
-        self.staging_path.unlink(missing_ok=True)
-        results.lock_path(self.staging_path).unlink(missing_ok=True)
-
-    def requested(self) -> dict[str, Any]:
-        asked: dict[str, Any] = {"device": self.device or "default", "hypothesis_profile": self.hypothesis_profile,
-                                 "time_limit_s": self.time_limit_s}
-        if self.tests:
-            asked.update(tests=self.tests)
-        if self.release:
-            asked.update(torch=self.release.version, numpy=self.release.numpy, build=self.release.build,
-                         requirements=self.release.requirements(), index_url=self.index_url)
-            if self.release.asked:  # latest: what was asked, beside the release it resolved to (torch)
-                asked.update(torch_asked=self.release.asked)
-            if self.find_links:
-                asked.update(find_links=self.find_links)
-            if self.offline:
-                asked.update(offline=True)
-        return asked
-
-
-@dataclass
-class CellRun:
-    """One run of a cell, from claiming its result path to writing its answer."""
-
-    spec: CellSpec
-    interrupts: Interrupts
-    started: str = field(default_factory=results.now)
-    clock: float = field(default_factory=time.monotonic)
-    environment: dict[str, Any] = field(default_factory=dict)
-    claimed: bool = False  # this run holds the result path
-    answered: bool = False  # its answer replaced the placeholder
-
-    def fault(self, status: str, detail: str) -> results.CellResult:
-        """The answer of a run whose suite did not finish: its status and why."""
-        return self.finish(results.CellResult.new(
-            self.spec.name, status, detail=detail, requested=self.spec.requested(),
-            environment=self.environment or None, started=self.started,
-            duration_s=round(time.monotonic() - self.clock, 3), hypothesis_profile=self.spec.hypothesis_profile))
-
-    def finish(self, result: results.CellResult) -> results.CellResult:
-        """Write the answer over the placeholder; a signal now waits until it is written."""
-        with self.interrupts.deferred():
-            result.write(self.spec.result_path)
-            self.answered = True
-        say(f"cell {self.spec.name}: {result.describe()} -> {self.spec.result_path}")
-        return result
 
 
 class ResultPathUnusable(results.ResultPathBusy):
@@ -330,7 +219,6 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
     return cell_answer(run, suite)
 
 
-LIBRARY_PROFILE_PREFIX = "cpugpu-"  # testing/plugin.py's PROFILE_PREFIX (the runner imports no pytest plugin)
 LIBRARY_PLUGIN = "cpugpu_conformance.testing.plugin"
 
 

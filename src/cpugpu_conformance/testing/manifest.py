@@ -4,47 +4,22 @@ A promise passes on a device only when every one of its tests that applies there
 method, each parametrization) ran its body to the end (judge.py). Which tests those are
 comes from the library's own classes (contract.AREAS), never from what a run collected:
 a class that subclasses one area only, an override, ``-k``, ``--deselect`` or a conftest
-hook cannot shrink the list.
-
-A test is named by a key that does not depend on pytest's id order:
-``test_partial_copy[device=cpu,method=copy_to_gpu]``. ``key_of_item`` names a collected
-test the same way, so the two can be matched.
+hook cannot shrink the list. Each test is named by its key (keys.py), as a collected one is,
+so the two can be matched.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
-
-import pytest
 
 from cpugpu_conformance.promises import not_applicable
 
+from .keys import test_key
 from .plan import DevicePlan, marked_devices
 from .reports import DEVICES_MARK, PROMISE_MARK
-
-
-def canonical(value: Any) -> str:
-    """A parameter's value as a key names it: a context by its name, a size as 4x3."""
-    name = getattr(value, "name", None)
-    if isinstance(name, str):
-        return name
-    if isinstance(value, (tuple, list)):
-        return "x".join(str(v) for v in value) or "()"
-    return str(value)
-
-
-def test_key(name: str, params: Mapping[str, Any]) -> str:
-    inside = ",".join(f"{arg}={canonical(params[arg])}" for arg in sorted(params))
-    return f"{name}[{inside}]" if inside else name
-
-
-def key_of_item(item: pytest.Item) -> str:
-    callspec = getattr(item, "callspec", None)
-    name = getattr(item, "originalname", None) or item.name
-    return test_key(name, callspec.params if callspec is not None else {})
 
 
 def _marks(function: Any, name: str) -> list[Any]:

@@ -476,13 +476,13 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     """Each parametrization of a library test (device, creation context, ...) draws examples of its
     own: hypothesis keys a test's examples by its function, and gives a parametrized test one key
     per node only when a parametrize marker made it, not the plugin's parametrization. The key is
-    the test's contract key (manifest.py), the same in every project, so a derandomized run draws
+    the test's contract key (keys.py), the same in every project, so a derandomized run draws
     the same examples for a test wherever its class lives."""
     if not _ours(getattr(item, "cls", None)):
         return
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
     if inner is not None:
-        from .manifest import key_of_item
+        from .keys import key_of_item
 
         inner._hypothesis_internal_add_digest = key_of_item(item).encode()
 

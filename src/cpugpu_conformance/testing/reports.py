@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .keys import key_of_item
+
 if TYPE_CHECKING:  # the reproducer imports torch, which xdist's controller never needs
     from .reproducer import Record
 
@@ -67,9 +69,8 @@ def device_of(item: pytest.Item) -> str | None:
 
 def item_facts(item: pytest.Item, kind: str | None = None) -> dict[str, Any]:
     """What the recorder needs to know of a collected test of the library's classes, as plain data:
-    its class, its key (manifest.py), its device and promises, whether its function is the
+    its class, its key (keys.py), its device and promises, whether its function is the
     contract's own (stamps.py) and, for an override, whether it opts out by a skip marker."""
-    from .manifest import key_of_item
     from .stamps import is_contract_function
 
     cls: Any = getattr(item, "cls", None)
