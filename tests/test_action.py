@@ -145,11 +145,11 @@ def test_lint_checks_it():
 
 
 def test_the_docs_show_the_lines_and_every_input():
-    docs = (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "gating.md").read_text(encoding="utf-8")
     for name in ACTION["inputs"]:
         assert f"`{name}`" in docs, name
     usage = re.search(r"```yaml\n(.*?)```", docs, re.S)
-    assert usage, "docs/ci.md shows the workflow lines in a yaml block"
+    assert usage, "docs/gating.md shows the workflow lines in a yaml block"
     job = yaml.safe_load(usage.group(1))
     steps = job["jobs"]["torch-gate"]["steps"]
     ours = [s for s in steps if "cpugpu-conformance@" in s.get("uses", "")]

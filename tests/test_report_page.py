@@ -3,7 +3,7 @@ never an emoji; the answer first; the newest releases in sight at 1400 px.
 
 The tests that need a browser run headless Chromium (Debian: ``apt-get install chromium
 fonts-dejavu-core``) and are skipped, with the reason, where it is not installed; the others
-always run. docs/report-page.md says how to look at the page by hand.
+always run. docs/matrix.md says how to look at the page by hand.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def test_the_newest_release_is_the_first_row(page_dir: Path):
 def test_the_committed_compat_is_what_the_report_makes_of_its_data(tmp_path: Path):
     """compat/ was made from a real 16-release run; its result files are read back out of
     compat.json (tests/compat_sample.py) and reported again: the same bytes, or compat/ is stale.
-    Regenerate it as docs/report-page.md says."""
+    Regenerate it as docs/matrix.md says."""
     data = json.loads((COMPAT / "compat.json").read_text(encoding="utf-8"))
     out = write_report(tmp_path, results_from_compat(data))
     for name in render.OUTPUTS:
@@ -335,7 +335,7 @@ def test_at_1400_px_the_answer_and_the_newest_release_are_in_sight(source: str, 
     assert found["newest_th"][1] < height and found["newest_answer"][1] < height, found
     if source == "committed":  # 13 promises at 1400 px: every mark of the newest release is in sight
         assert all(visible(cell, width) for cell in found["newest_cells"]), found
-    # a screenshot to look at (docs/report-page.md): tmp_path keeps it after the run
+    # a screenshot to look at (docs/matrix.md): tmp_path keeps it after the run
     shot = tmp_path / f"{source.replace(' ', '-')}-1400x900.png"
     page = tmp_path / "page.html"
     page.write_text(html, encoding="utf-8")
@@ -387,7 +387,7 @@ def test_each_report_module_imports_alone(module: str):
 
 
 def test_the_docs_list_every_mark_as_the_page_shows_it():
-    docs = (ROOT / "docs" / "report-page.md").read_text(encoding="utf-8")
+    docs = (ROOT / "docs" / "matrix.md").read_text(encoding="utf-8")
     for style in marks.MARKS.values():
         assert f"| {style.label} |" in docs, style.label
     for style in marks.ANSWERS.values():
