@@ -36,8 +36,9 @@ def test_no_teardown_error_masks_it(run):
 
 
 # Not yet blamed on promise 1: 6 (a bfloat16 ValueError that does not name with_numpy, which the
-# zero-length refusal is), 12 (the construction is inside make(), one step with its checks).
-STILL_ELSEWHERE = {"6", "12"}
+# zero-length refusal is). Promise 12's test blames the line of its scenario that raised: the
+# constructor's refusal is promise 1's (issue 21, item 5).
+STILL_ELSEWHERE = {"6"}
 
 
 def area_of(nodeid: str) -> str:

@@ -3,6 +3,7 @@ its exit code, no jsonschema, pyyaml or nox needed, and the proofs it selects.""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -283,25 +284,29 @@ def test_the_longest_proofs_come_first():
     ranks = [rank(i) for i in ids]
     assert ranks == sorted(ranks, reverse=True), ids
     assert ranks[0] == 3 and ranks.count(2) >= 5 and ranks.count(1) >= 10, ids
-    assert [_function(i) for i in ids if rank(i) == 0] == [
-        "test_with_launches_made_synchronous_the_non_blocking_check_is_untested",
-        "test_the_non_blocking_check_runs_by_refusing_synchronizes_on_this_torch",
-        "test_promise_12_says_the_last_device_context_is_untested_with_one_device",
-    ]
+    assert [_function(i) for i in ids if rank(i) == 0] == _marked_for_cuda(), ids
+
+
+def _cuda_check_tests() -> tuple[str, list[ast.FunctionDef]]:
+    source = (REPO / "tests" / "test_cuda_checks.py").read_text()
+    return source, [node for node in ast.parse(source).body
+                    if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+
+
+def _marked_for_cuda() -> list[str]:
+    """The tests of test_cuda_checks.py marked @pytest.mark.devices("cuda"), in file order."""
+    source, tests = _cuda_check_tests()
+    return [node.name for node in tests
+            if any('devices("cuda")' in ast.get_source_segment(source, d) for d in node.decorator_list)]
 
 
 def test_every_cuda_check_that_runs_the_suite_on_cuda_is_a_proof_for_cuda():
-    """A test of test_cuda_checks.py that runs the suite with --device cuda is marked for cuda (so
-    gpu_check runs it there); every other one runs on the CPU, in `nox -s tests`."""
-    import ast
-
-    module = REPO / "tests" / "test_cuda_checks.py"
-    source = module.read_text()
-    on_cuda = {node.name for node in ast.parse(source).body
-               if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
-               and '"--device", "cuda"' in ast.get_source_segment(source, node)}
+    """A test of test_cuda_checks.py that runs the suite with --device cuda, or checks CUDA itself, is
+    marked for cuda (so gpu_check runs it there); every other one runs on the CPU, in `nox -s tests`."""
+    source, tests = _cuda_check_tests()
+    on_cuda = {node.name for node in tests if '"--device", "cuda"' in ast.get_source_segment(source, node)}
     selected = {_function(i) for i in _collected_proofs("cuda") if i.startswith("tests/test_cuda_checks.py")}
-    assert on_cuda and selected == on_cuda
+    assert on_cuda and on_cuda <= selected and selected == set(_marked_for_cuda())
     assert not {_function(i) for i in _collected_proofs("cpu") if i.startswith("tests/test_cuda_checks.py")}
 
 

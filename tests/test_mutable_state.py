@@ -411,16 +411,7 @@ import os
 import pytest
 import torch
 
-pytest_plugins = ["cpugpu_conformance.testing.plugin"]
-
-from cpugpu_conformance.testing.mutable_state import generate_tests
-from cpugpu_conformance.testing.recording import PLAN
-
-
-def pytest_generate_tests(metafunc):
-    # Until the plugin calls it itself: a second call does nothing.
-    generate_tests(metafunc, metafunc.config.stash[PLAN])
-
+pytest_plugins = ["cpugpu_conformance.testing.plugin"]  # the plugin parametrizes the state classes
 
 REPORTS = []
 

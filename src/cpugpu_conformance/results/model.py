@@ -41,7 +41,7 @@ SCHEMA_VERSION = 2
 # How the cell ended. Only "completed" carries verdicts that can pass.
 CELL_STATUSES = ("completed", "interrupted", "crashed", "timed_out", "not_installed", "wrong_torch", "error")
 # A promise on a device, as the writer saw it; outcome() re-derives the answer.
-VERDICTS = ("passed", "failed", "skipped", "recorded", "waived", "known_failure", "not_applicable", "not_requested")
+VERDICTS = ("passed", "failed", "skipped", "recorded", "not_applicable", "not_requested", "waived", "known_failure")
 DEVICE_STATUSES = ("tested", "skipped", "not_requested")
 # Deepest nesting of a real result is about 7 (promises.N.devices.D.failures[i].message).
 MAX_DEPTH = 32

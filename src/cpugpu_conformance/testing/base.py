@@ -7,6 +7,7 @@ run checks through it, so each failure carries a standalone reproducer (reproduc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import textwrap
@@ -175,9 +176,21 @@ def property_test(*promises: str, examples: settings | None = None) -> Any:
 
     def decorate(test: Any) -> Any:
         chosen = examples if examples is not None else budget.whole()
-        return pytest.mark.cpugpu_promise(*promises)(stamped(chosen(given(data=st.data())(test))))
+        return pytest.mark.cpugpu_promise(*promises)(stamped(chosen(given(data=st.data())(blamed_afresh(test)))))
 
     return decorate
+
+
+def blamed_afresh(test: Any) -> Any:
+    """Each example starts with no promise blamed: a blame an earlier example left (its constructor
+    raised, say) must not name the promise of a later example's failure."""
+
+    @functools.wraps(test)
+    def example(*args: Any, **kwargs: Any) -> Any:
+        kwargs["record"].blame(None)
+        return test(*args, **kwargs)
+
+    return example
 
 
 def contract_test(*promises: str) -> Any:

@@ -28,7 +28,6 @@ class StoragesForLifeTests(BufferTests):
 
     @property_test(P.FOR_LIFE)
     def test_copies_keep_the_storages(self, record, device, data):
-        record.blame(None)
         sc = self.build(record, device, data, s.byte_dtype(device))
         sc.call(checks.capture, into=("captured", "storages"))
         length = sc["size"][0]

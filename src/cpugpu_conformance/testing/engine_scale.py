@@ -60,7 +60,6 @@ class EngineScaleTests(BufferTests):
     @SIZES
     @property_test(P.FOR_LIFE, examples=ENGINE)
     def test_engine_scale_copies_keep_the_storages(self, record, device, size, data):
-        record.blame(None)
         sc = self.build(record, device, data, s.byte_dtype(device, engine=True), size=size)
         sc.call(checks.capture, into=("captured", "storages"))
         sc.bind(calls=[("copy_to_gpu", None), ("copy_to_cpu", None)])

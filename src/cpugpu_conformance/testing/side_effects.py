@@ -86,7 +86,6 @@ class SideEffectTests(BufferTests):
     @property_test(P.NO_SIDE_EFFECTS, examples=PER_CONTEXT)
     def test_no_side_effects_on_the_caller(self, record, device, changing_context, data):
         """`context`: every creation context of the device, one test each (the plugin parametrizes it)."""
-        record.blame(None)
         sc = self.build(record, device, data, s.byte_dtype(device), construct=False)
         sc.bind(n=data.draw(s.slice_end(sc["size"][0]), label="n"))
         sc.call(caller_state, into="outer")
@@ -96,7 +95,7 @@ class SideEffectTests(BufferTests):
             # A constructor that raises breaks the promise of its arguments or its context, and a
             # copy that raises breaks promise 8: promise 12 is about what they leave behind.
             blame_by_line(record, exc, built_and_used, (
-                ("make()", constructor_promise(P.MUTABLE, changing_context)),
+                ("make()", constructor_promise(P.NO_SIDE_EFFECTS, changing_context)),
                 (".copy_to_", P.PARTIAL_COPIES), ("sync(", P.PARTIAL_COPIES)))
             raise
         sc.call(unchanged, Name("outer"), "the construction context and the buffer together", Name("device"))
