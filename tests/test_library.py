@@ -169,7 +169,7 @@ def test_the_gate_reads_the_users_result_files(reference_run, pre_fix_run, env, 
     assert itself.returncode == 0, itself.stdout + itself.stderr
 
 
-def test_opting_out_of_a_test_is_untested_never_passed(env, tmp_path):
+def test_opting_out_of_a_test_is_waived_never_passed(env, tmp_path):
     body = f'''
     @pytest.mark.skip(reason={OPT_OUT_REASON!r})
     def {OPTED_OUT_TEST}(self):
@@ -183,9 +183,9 @@ def test_opting_out_of_a_test_is_untested_never_passed(env, tmp_path):
     entry, outcome = cell.entry(OPTED_OUT_PROMISE, "cpu"), cell.outcome(OPTED_OUT_PROMISE, "cpu")
     assert entry["passed"] == 0, entry  # never a pass
     assert cell.outcome("2", "cpu").kind == "passed" and cell.answer().kind == "untested"
-    # Untested, with the project's reason: in the result file and in the terminal summary.
-    assert outcome.kind == "untested" and OPT_OUT_REASON in (outcome.note or ""), (outcome, entry)
-    assert entry["skipped"] >= 1, entry
+    # Waived (the team's decision), with the project's reason: in the result file and in the terminal summary.
+    assert outcome.kind == "waived" and OPT_OUT_REASON in (outcome.note or ""), (outcome, entry)
+    assert entry["skipped"] >= 1 and [w["reason"] for w in entry["waived_tests"]] == [OPT_OUT_REASON], entry
     assert OPT_OUT_REASON in run.stdout, run.tail()
     skipped = [c for c in run.cases if c.outcome == "skipped"]
     assert [c.function for c in skipped] == [OPTED_OUT_TEST], run.cases

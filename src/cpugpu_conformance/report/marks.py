@@ -32,7 +32,7 @@ class MarkStyle:
 # apart by colour alone; a cell that did not complete shows its status in every row.
 # "waived" and "known_failure" are the team's own entries (results.rule, known-failures file).
 MARKS: dict[str, MarkStyle] = {
-    "passed": MarkStyle("\u2713", "pass", "at least one check of the promise ran, and every check held"),  # ✓
+    "passed": MarkStyle("\u2713", "pass", "every test of the promise that applies here ran to its end, and held"),  # ✓
     "failed": MarkStyle(
         "\u2717", "FAIL", "a check of the promise failed; the reproducer is in the failures section"  # ✗
     ),
