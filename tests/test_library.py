@@ -36,7 +36,7 @@ INFERENCE_ERROR = "Inplace update to inference tensor outside InferenceMode"
 # Every test of the contract that runs on the CPU, by the names the shipped suite gave them
 # (LIBRARY_API.md: "test names stay as today"); the CUDA ones are deselected here.
 TESTS_ON_CPU = {
-    "test_shape_dtype_and_device", "test_starts_zeroed", "test_two_storages",
+    "test_shape_dtype_and_device", "test_every_dtype_in_every_context", "test_starts_zeroed", "test_two_storages",
     "test_mutable_wherever_made", "test_original_bug_buffer_made_in_inference_mode",
     "test_numpy_view_shares_memory", "test_numpy_view_by_default",
     "test_bfloat16_with_numpy_raises_value_error", "test_without_numpy_every_dtype_works",

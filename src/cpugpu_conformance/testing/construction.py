@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
-
 from cpugpu_conformance import promises as P
 
 from . import budget, checks, dtypes
 from . import strategies as s
-from .base import BufferTests, property_test
+from .base import BufferTests, construct_blamed, construct_in, constructor_promise, contract_test, property_test
 
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
 PER_CONTEXT = budget.share(10, floor=10)
+# The size every dtype is swept at: two dimensions, neither of one element (a transposed or
+# flattened buffer shows), nonempty (torch cannot make an empty tensor of the bits dtypes).
+SWEEP_SIZE = (2, 3)
+
+
 class ShapeAndDtypeTests(BufferTests):
     """Promise 1: the shape and dtype asked for, on the host and the device, in every context."""
 
     @property_test(P.SHAPE_AND_DTYPE, examples=PER_CONTEXT)
     def test_shape_dtype_and_device(self, record, device, context, data):
-        # Every dtype the installed torch can make, every example, the simplest first: a class that
-        # widens uint16 to int32, or passes dtype=None for "the default anyway" (wrong for float32
-        # in one context only), is caught every run, not when a draw happens to reach its dtype.
-        # The size, the flags and (the plugin's hypothesis key) the examples are drawn per context.
+        """Drawn shapes and flags, the floating dtypes a default stands in for half the time. Each
+        context draws examples of its own (the plugin keys hypothesis by the test's parameters)."""
+        sc = self.build(record, device, data, s.defaults_sensitive_dtype(device), context=context)
+        sc.call(checks.shape_dtype_device)
+
+    @contract_test(P.SHAPE_AND_DTYPE)
+    def test_every_dtype_in_every_context(self, record, device, context):
+        """Every dtype the installed torch can make on the device, in every creation context, every
+        run, the simplest first: a class that widens uint16 to int32, or passes dtype=None for "the
+        default anyway" (wrong for float32 in one context only), is caught whatever the examples
+        drawn, and its reproducer names the most ordinary dtype it breaks."""
         for info in dtypes.simplest_first(dtypes.all_dtypes(device)):
-            sc = self.build(record, device, data, st.just(info), context=context)
+            sc = self.scenario(record, device, size=SWEEP_SIZE, dtype=info.dtype, pin_memory=False,
+                               with_numpy=info.numpy is not None)
+            construct_blamed(record, constructor_promise(P.SHAPE_AND_DTYPE, context),
+                             lambda sc=sc: construct_in(sc, context))
             sc.call(checks.shape_dtype_device)
 
 
