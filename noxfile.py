@@ -12,7 +12,7 @@
     nox -s tests                              the project's own tests
     nox -s quick                              the core of them, in minutes (tests marked quick)
     nox -s mutation                           the suite's mutation score against the reference (cosmic-ray)
-    nox -s report                             results/ -> compat/
+    nox -s report                             results/ -> compat/ (page, Markdown, compat.json, badge.json)
     nox -s gate -- --baseline 2.14.1 --candidate 2.15.0
     nox -s bisect -- 2.3.1 2.6.0              first release where a verdict or observation changes
     nox -s lint
@@ -180,7 +180,7 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(python=MATRIX.python, reuse_venv=True)
 def report(session: nox.Session) -> None:
-    """results/ -> compat/compat.json, compat/COMPAT.md, compat/index.html."""
+    """results/ -> compat/compat.json, compat/COMPAT.md, compat/index.html, compat/badge.json."""
     session.install("-e", ".[tools]")
     session.run("python", "-m", "cpugpu_conformance", "report", str(RESULTS), "--out", "compat", *session.posargs)
 
