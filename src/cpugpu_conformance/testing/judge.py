@@ -215,7 +215,8 @@ class Judgement:
     def entry(self, promise: str, device: str) -> dict[str, Any]:
         """The verdict of one promise on one device the run was asked about, with the tests behind it."""
         failures = self.failed_tests_of(promise, device)
-        held, observed, dtypes = 0, [], set()
+        held, observed = 0, []
+        dtypes: set[str] = set()
         untested: list[dict[str, str]] = []
         waived: list[dict[str, str]] = []
         skipped: list[dict[str, str]] = []

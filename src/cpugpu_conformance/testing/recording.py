@@ -382,8 +382,9 @@ class CellRecorder:
                 and self.sets_exit:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
         judged = self._judgement()
-        promises = {p: {"title": title, "devices": {d: self._entry(judged, p, d) for d in DEVICES}}
-                    for p, title in PROMISES.items()}
+        promises: dict[str, dict[str, Any]] = {
+            p: {"title": title, "devices": {d: self._entry(judged, p, d) for d in DEVICES}}
+            for p, title in PROMISES.items()}
         self.unattributed += judged.unattributed()
         self.untested_lines = untested_lines((p, d, promises[p]["devices"][d]) for p in PROMISES for d in DEVICES)
         verdicts = {

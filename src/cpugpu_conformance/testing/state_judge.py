@@ -65,9 +65,9 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
             test = ev.nodeid if ev is not None else (facts["nodeid"] if facts else f"{cls}::{key}")
             if ev is None:
                 deselected = facts is not None and facts["nodeid"] in inventory.deselected
-                why = "deselected (-k, -m, --deselect or a conftest hook)" if deselected else \
+                missing = "deselected (-k, -m, --deselect or a conftest hook)" if deselected else \
                     "collected but never run (dropped by a conftest hook, or the run stopped before it)"
-                tests.append({"test": test, "verdict": "untested", "why": why})
+                tests.append({"test": test, "verdict": "untested", "why": missing})
                 continue
             verdict, why = verdict_of(ev)
             entry: dict[str, Any] = {"test": test, "verdict": verdict}
@@ -80,10 +80,8 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
                     entry[name] = value
             tests.append(entry)
         kinds = {t["verdict"] for t in tests}
-        verdict = next((k for k in ("failed", "untested", "waived") if k in kinds), None)
-        if verdict is None:
-            verdict = "passed" if "passed" in kinds else "untested"
-        out[cls] = {"verdict": verdict, "tests": tests}
+        worst = next((k for k in ("failed", "untested", "waived") if k in kinds), None)
+        out[cls] = {"verdict": worst or ("passed" if "passed" in kinds else "untested"), "tests": tests}
     return out
 
 
