@@ -259,7 +259,7 @@ class Judgement:
             return {"verdict": "failed", "failures": failures, **out}
         if untested:
             return {"verdict": "skipped", "reason": _summary(untested, "why", len(keys) * max(1, len(classes)),
-                                                             "untested"), **out}
+                                                             "did not run to their end"), **out}
         if waived:
             return {"verdict": "waived", "reason": _summary(waived, "reason", None, "waived"), **out}
         if not held:
