@@ -130,6 +130,12 @@ class Inventory:
                 return facts
         return None
 
+    def why_absent(self, facts: Mapping[str, Any]) -> str:
+        """Why a collected test left no report."""
+        if facts["nodeid"] in self.deselected:
+            return "deselected (-k, -m, --deselect or a conftest hook)"
+        return "collected but never run (dropped by a conftest hook, or the run stopped before it)"
+
     def overrides(self, cls: str, test: str) -> bool:
         return any(f["class"] == cls and f["test"] == test for f in self.items.values())
 
@@ -139,6 +145,23 @@ class Inventory:
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Inventory:
         return cls(dict(data.get("items") or {}), set(data.get("deselected") or ()))
+
+
+def by_class_and_key(evidence: Mapping[str, TestEvidence]) -> dict[tuple[str, str], TestEvidence]:
+    return {(str(ev.facts["class"]), str(ev.facts["key"])): ev for ev in evidence.values()}
+
+
+def stand_in(evidence: Mapping[str, TestEvidence], cls: str, key: str, device: str | None) -> TestEvidence | None:
+    """An override of a required test that reached the run under other parameters (an opt-out
+    ``def test_x(self)`` takes no device): it stands for the test on every device (``device``
+    None: on any)."""
+    name = key.split("[", 1)[0]
+    for ev in evidence.values():
+        facts = ev.facts
+        if facts["class"] == cls and facts["test"] == name and not facts.get("contract") \
+                and (device is None or facts.get("device") in (None, device)):
+            return ev
+    return None
 
 
 @dataclass
@@ -152,10 +175,12 @@ class Judgement:
     verdicts: dict[str, TestVerdict] = field(default_factory=dict)
     failures: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     blamed_elsewhere: dict[str, str] = field(default_factory=dict)  # nodeid -> the promise blamed instead
+    by_key: dict[tuple[str, str], TestEvidence] = field(default_factory=dict)  # (class, key) -> its evidence
 
     def __post_init__(self) -> None:
         # The tests of MutableStateTests classes have a section of their own (state_judge.py).
         self.evidence = {n: ev for n, ev in self.evidence.items() if ev.facts.get("kind") != "mutable_state"}
+        self.by_key = by_class_and_key(self.evidence)
         for nodeid, ev in self.evidence.items():
             verdict = self.verdicts[nodeid] = verdict_of(ev)
             if verdict.kind != FAILED:
@@ -177,17 +202,6 @@ class Judgement:
                 out.append({"test": nodeid, "message": ev.message or "failed"})
         return out
 
-    def _stand_in(self, cls: str, key: str, device: str) -> TestEvidence | None:
-        """An override of a required test that reached the run under other parameters (an opt-out
-        ``def test_x(self)`` takes no device): it stands for the test on every device."""
-        name = key.split("[", 1)[0]
-        for ev in self.evidence.values():
-            facts = ev.facts
-            if facts["class"] == cls and facts["test"] == name and not facts.get("contract") \
-                    and facts.get("device") in (None, device):
-                return ev
-        return None
-
     def any_held(self) -> bool:
         """Whether any contract test ran its body to the end and held: something was tested."""
         return any(v.kind == HELD for v in self.verdicts.values())
@@ -203,9 +217,7 @@ class Judgement:
         """Why a required test left no report: deselected, dropped, or never in the class."""
         facts = self.inventory.find(cls, key)
         if facts is not None:
-            if facts["nodeid"] in self.inventory.deselected:
-                return "deselected (-k, -m, --deselect or a conftest hook)"
-            return "collected but never run (dropped by a conftest hook, or the run stopped before it)"
+            return self.inventory.why_absent(facts)
         name = key.split("[", 1)[0]
         if self.inventory.overrides(cls, name):
             return f"replaced by an override in {cls} that changes its parameters"
@@ -224,10 +236,9 @@ class Judgement:
         classes = self.classes()
         if not classes:
             untested.append({"test": "(none)", "why": "no contract test was collected or run"})
-        by_class_key = {(str(ev.facts["class"]), str(ev.facts["key"])): ev for ev in self.evidence.values()}
         for cls in classes:
             for key in keys:
-                ev = by_class_key.get((cls, key)) or self._stand_in(cls, key, device)
+                ev = self.by_key.get((cls, key)) or stand_in(self.evidence, cls, key, device)
                 if ev is None:
                     facts = self.inventory.find(cls, key)
                     untested.append({"test": facts["nodeid"] if facts else f"{cls}::{key}",

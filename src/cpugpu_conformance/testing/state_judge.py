@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .judge import XPASS_STRICT, Inventory, TestEvidence
+from .judge import XPASS_STRICT, Inventory, TestEvidence, by_class_and_key, stand_in
 
 # The report property mutable_state.py's test puts its record under.
 REPORT_KEY = "mutable_state"
@@ -55,18 +55,16 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
     """class -> its verdict and one entry per (device, context) it must run in: ``required`` is
     class -> the keys of its tests (manifest.state_required)."""
     out: dict[str, Any] = {}
-    by_key = {(str(ev.facts["class"]), str(ev.facts["key"])): ev for ev in evidence.values()
-              if ev.facts.get("kind") == KIND}
+    ours = {nodeid: ev for nodeid, ev in evidence.items() if ev.facts.get("kind") == KIND}
+    by_key = by_class_and_key(ours)
     for cls, keys in sorted(required.items()):
         tests = []
         for key in keys:
-            ev = by_key.get((cls, key)) or _stand_in(evidence, cls)
+            ev = by_key.get((cls, key)) or stand_in(ours, cls, key, None)
             facts = inventory.find(cls, key)
             test = ev.nodeid if ev is not None else (facts["nodeid"] if facts else f"{cls}::{key}")
             if ev is None:
-                deselected = facts is not None and facts["nodeid"] in inventory.deselected
-                missing = "deselected (-k, -m, --deselect or a conftest hook)" if deselected else \
-                    "collected but never run (dropped by a conftest hook, or the run stopped before it)"
+                missing = inventory.why_absent(facts) if facts else "never collected"
                 tests.append({"test": test, "verdict": "untested", "why": missing})
                 continue
             verdict, why = verdict_of(ev)
@@ -84,10 +82,3 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
         out[cls] = {"verdict": worst or ("passed" if "passed" in kinds else "untested"), "tests": tests}
     return out
 
-
-def _stand_in(evidence: Mapping[str, TestEvidence], cls: str) -> TestEvidence | None:
-    """An override of the test that takes other parameters stands for it in every context."""
-    for ev in evidence.values():
-        if ev.facts.get("kind") == KIND and ev.facts["class"] == cls and not ev.facts.get("contract"):
-            return ev
-    return None
