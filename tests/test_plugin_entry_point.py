@@ -73,6 +73,16 @@ def test_a_command_line_pytest_refuses_leaves_error_never_an_earlier_pass(projec
     assert status_of(result) == "error"
 
 
+def test_a_conftest_that_fails_to_import_leaves_error_never_an_earlier_pass(tmp_path):
+    (tmp_path / "conftest.py").write_text("raise NameError('a typo in our conftest')\n")
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    pass\n")
+    result = tmp_path / "r.json"
+    old_pass(result)
+    ran = pytest_in(tmp_path, "--cpugpu-cell-result", str(result))
+    assert ran.returncode == 4, ran.stdout + ran.stderr
+    assert status_of(result) == "error"
+
+
 def test_an_unknown_hypothesis_profile_is_one_line_and_an_error_result(project, tmp_path):
     result = tmp_path / "r.json"
     old_pass(result)

@@ -90,11 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "that fails is a known failure, not a failure of the run; one that passes fails the run")
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Loaded as an entry point, the plugin sees the command line before pytest has accepted it:
-    a result path is marked `error` now, so that a run pytest refuses later (an unknown option, a
-    bad ini value) leaves no earlier pass behind; the run's own start replaces the mark."""
+    a result path is marked `error` now, before the conftests are imported, so that a run pytest
+    refuses later (an unknown option, a bad ini value, a conftest that fails to import) leaves no
+    earlier pass behind; the run's own start replaces the mark."""
     path = getattr(early_config.known_args_namespace, "cpugpu_cell_result", None)
     if path:
         recording.mark_refused(path)

@@ -1,0 +1,120 @@
+"""MutableStateTests in the result file (issues 21 and 25): a section of its own, judged by the same
+rule as the buffer's promises. A state class passes only when its test ran to its end and held in
+every creation context of every device; what a run's configuration does to a test (-k, --co, an
+override, a hook that rewrites reports) never makes a pass, and the exit code says what the file says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from suite_runner import outside_env
+
+CONFTEST = 'pytest_plugins = ["cpugpu_conformance.testing.plugin"]\n'
+
+STATES = '''
+import pytest
+import torch
+
+from cpugpu_conformance.testing import MutableStateTests
+
+
+class Lazy:
+    """A workspace allocated at warm-up, in whatever mode the caller is in: the seed's bug."""
+
+    def __init__(self, device):
+        self.device, self.workspace = device, None
+
+    def warm_up(self):
+        self.workspace = torch.zeros(4, device=self.device)
+
+
+class Fixed(Lazy):
+    def warm_up(self):
+        with torch.inference_mode(False):
+            self.workspace = torch.zeros(4, device=self.device)
+
+
+class TestState(MutableStateTests):
+    def make_state(self, device):
+        return {cls}(device)
+
+    def warm_up(self, state):
+        state.warm_up()
+{body}'''
+
+REWRITE_FAILURES = '''
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+    return report
+'''
+
+
+def run(tmp_path: Path, *args: str, cls: str = "Fixed", body: str = "", conftest: str = ""):
+    (tmp_path / "conftest.py").write_text(CONFTEST + conftest)
+    (tmp_path / "test_state.py").write_text(STATES.format(cls=cls, body=body))
+    result = tmp_path / "cell.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--cpugpu-cell-result", str(result), *args], cwd=tmp_path, env=outside_env(),
+                          capture_output=True, text=True, timeout=300)
+    data = json.loads(result.read_text()) if result.exists() else None
+    return proc, data
+
+
+def section(data: dict) -> dict:
+    return data["mutable_state"]["test_state.TestState"]
+
+
+def test_a_fixed_object_passes_and_the_buffer_promises_are_not_requested(tmp_path):
+    proc, data = run(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert section(data)["verdict"] == "passed"
+    assert all(t["verdict"] == "passed" for t in section(data)["tests"])
+    assert data["promises"]["3"]["devices"]["cpu"]["verdict"] == "not_requested"
+
+
+def test_the_seeds_bug_fails_with_its_path_and_exit_1(tmp_path):
+    proc, data = run(tmp_path, cls="Lazy")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    failed = [t for t in section(data)["tests"] if t["verdict"] == "failed"]
+    assert failed and all(t["bad_paths"][0]["path"] == "state.workspace" and t["reproducer"] for t in failed)
+
+
+def test_a_hook_that_rewrites_failures_cannot_make_a_pass(tmp_path):
+    proc, data = run(tmp_path, cls="Lazy", conftest=REWRITE_FAILURES)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert section(data)["verdict"] == "failed"
+
+
+@pytest.mark.parametrize("args, code", [(["-k", "not thread"], 6), (["--co"], 5)], ids=["k", "collect-only"])
+def test_a_context_left_out_is_untested_never_passed(tmp_path, args, code):
+    proc, data = run(tmp_path, *args)
+    assert proc.returncode == code, proc.stdout[-3000:]
+    assert section(data)["verdict"] == "untested"
+
+
+def test_an_override_with_an_empty_body_is_untested(tmp_path):
+    body = "\n    def test_mutable_state(self, device, context):\n        pass\n"
+    proc, data = run(tmp_path, cls="Lazy", body=body)
+    assert proc.returncode == 5, proc.stdout[-3000:]  # the override ran; nothing of the contract did
+    assert section(data)["verdict"] == "untested"
+    assert all("override" in t["why"] for t in section(data)["tests"])
+
+
+def test_a_context_the_team_never_builds_in_is_waived(tmp_path):
+    body = '\n    skip_contexts = {"thread": "our runner is never built in a thread"}\n'
+    proc, data = run(tmp_path, body=body)
+    assert proc.returncode == 6, proc.stdout[-3000:]
+    assert section(data)["verdict"] == "waived"
+    [waived] = [t for t in section(data)["tests"] if t["verdict"] == "waived"]
+    assert waived["why"] == "our runner is never built in a thread"
