@@ -441,3 +441,32 @@ def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, capsys, cas
     assert gate(tmp_path, *((good, bad) if side == "candidate" else (bad, good))) == 2
     [line] = errors(capsys)
     assert line.startswith(f"{bad}: not a ") and (key is None or key in line), line
+
+
+def waived(result: dict, promise: str, reason: str = "ours is never built in a thread") -> dict:
+    result["promises"][promise]["devices"]["cpu"] = {
+        "verdict": "waived", "passed": 3, "failed": 0, "skipped": 1, "reason": reason,
+        "waived_tests": [{"test": "tests/test_ours.py::TestOurs::test_x", "reason": reason}]}
+    return result
+
+
+def test_a_promise_waived_in_both_cells_is_not_compared_and_the_rest_may_pass(tmp_path, capsys):
+    """Issue 21, item 2: the team's opt-out on both sides is no gap and no pass; the gate judges the rest."""
+    assert gate(tmp_path, waived(rf.completed("2.14.1"), "12"), waived(rf.completed("2.15.0"), "12")) == 0
+    out = capsys.readouterr().out
+    assert "NOT COMPARED: promise 12 (No side effects on the caller) on cpu: waived in both cells " \
+           "(ours is never built in a thread)" in out
+    assert "CANDIDATE NOT CLEAN" not in out
+    assert out.rstrip().splitlines()[-1].startswith(f"PASS: all {JUDGED_ON_CPU - 1} promise checks")
+
+
+def test_a_promise_waived_in_the_candidate_only_is_a_gap(tmp_path, capsys):
+    assert gate(tmp_path, rf.completed("2.14.1"), waived(rf.completed("2.15.0"), "12")) == 2
+    assert "no verdict for promise 12 (No side effects on the caller) on cpu: waived (ours is never built in a thread)" \
+        in errors(capsys)[1]
+
+
+def test_a_waiver_does_not_hide_another_gap_of_the_candidate(tmp_path, capsys):
+    candidate = waived(rf.completed("2.15.0"), "12")
+    candidate["promises"]["5"]["devices"]["cpu"] = {"verdict": "skipped", "reason": "numpy missing"}
+    assert gate(tmp_path, waived(rf.completed("2.14.1"), "12"), candidate) == 2

@@ -50,6 +50,24 @@ def test_a_pass_with_no_check_that_ran_is_untested():
     assert out.kind == "untested"
 
 
+def test_a_pass_that_names_a_test_left_out_is_untested():
+    """Issue 21: whatever the writer's verdict, an entry that names a test of the promise that did not
+    run to its end is no pass."""
+    left_out = [{"test": "t.py::T::test_x[cpu]", "why": "deselected (-k, -m, --deselect or a conftest hook)"}]
+    out = cell(set_entry("5", verdict="passed", passed=6, failed=0, skipped=1, untested_tests=left_out)).outcome("5", "cpu")
+    assert out.kind == "untested" and "deselected" in (out.note or "")
+
+
+def test_a_waived_promise_is_no_pass_and_says_why():
+    entry = {"verdict": "waived", "passed": 1, "failed": 0, "skipped": 1, "reason": "never in a thread",
+             "waived_tests": [{"test": "t.py::T::test_x", "reason": "never in a thread"}]}
+    result = cell(set_entry("12", **entry))
+    assert (result.outcome("12", "cpu").kind, result.outcome("12", "cpu").note) == ("waived", "never in a thread")
+    answer = result.answer()
+    assert answer.kind == "untested" and not answer.clean and answer.counts["waived"] == 1
+    assert any("waived: never in a thread" in line for line in answer.lines)
+
+
 def test_a_skipped_promise_is_untested_with_its_reason():
     out = cell(set_entry("5", verdict="skipped", reason="numpy missing", skipped=2)).outcome("5", "cpu")
     assert (out.kind, out.note) == ("untested", "numpy missing")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..exits import ExitCode
 from ..promises import DEVICES
-from ..report.gate import fails, format_comparison, same_result, unanswered
+from ..report.gate import fails, format_comparison, own_answer, same_result, unanswered
 from ..report.gate_markdown import comparison_markdown, refusal_markdown
 from ..results import Answer, CellResult, Comparison, ResultFileError, diff, known_failures
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     same = same_result(baseline, candidate)
     if same:
         cmp.warnings.insert(0, same)
-    answer = candidate.answer()
+    answer = own_answer(candidate, cmp)
     text = format_comparison(baseline, candidate, cmp, args.strict, answer)
     print(text)
     code = exit_code(cmp, args.strict, answer)

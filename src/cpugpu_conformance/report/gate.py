@@ -74,6 +74,17 @@ def fails(cmp: Comparison, strict: bool, answer: Answer | None = None) -> bool:
     return bool(cmp.regressions or failed or cmp.listed_but_passed or (strict and cmp.observation_changes))
 
 
+def own_answer(candidate: CellResult, cmp: Comparison) -> Answer:
+    """The candidate's own answer, less the promises the team waived in both cells: those are NOT
+    COMPARED (no gap, no pass), and a candidate untested only there is no reason to refuse."""
+    answer = candidate.answer()
+    both = tuple(f"promise {c.promise} ({c.title}) on {c.device}: waived:" for c in cmp.not_compared)
+    lines = tuple(line for line in answer.lines if not (both and line.startswith(both)))
+    if answer.kind == "untested" and not lines:
+        return Answer("passed", (), answer.counts)
+    return Answer(answer.kind, lines, answer.counts)
+
+
 def unanswered(answer: Answer) -> bool:
     """A candidate whose own answer is neither clean nor FAILED (untested): no pass, nothing to
     compare (exit 2) unless something else fails the gate."""
@@ -84,7 +95,7 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
                       answer: Answer | None = None) -> str:
     """The gate's report for a comparable pair, in plain text for CI logs; ``answer`` is the
     candidate's own (``candidate.answer()`` when not given)."""
-    answer = candidate.answer() if answer is None else answer
+    answer = own_answer(candidate, cmp) if answer is None else answer
     out = [f"baseline:  {_describe(baseline)}", f"candidate: {_describe(candidate)}",
            f"compared devices: {', '.join(cmp.devices)}"]
     for i, reg in enumerate(cmp.regressions, 1):
