@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -144,21 +144,6 @@ def worker_exit(node: Any) -> str:
 
 
 @dataclass
-class Tally:
-    """What the tests of one promise on one device did."""
-
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    observed: list[str] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped}
-
-
-@dataclass
 class Crash:
     worker: str
     how: str  # "was killed by SIGSEGV (signal 11)"
@@ -175,7 +160,6 @@ def worker_id(report: pytest.TestReport) -> str:
 
 
 def skip_reason(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):  # an expected failure (an opt-out by xfail): its reason
-        return f"expected to fail (xfail): {report.wasxfail or 'no reason given'}"
+    """Why a test was skipped, as its marker or pytest.skip() said (an xfail is the judge's to word)."""
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     return reason.removeprefix("Skipped: ")
