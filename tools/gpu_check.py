@@ -61,7 +61,6 @@ skipped one makes the run not a pass.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import ctypes
 import functools
@@ -83,6 +82,12 @@ from pathlib import Path
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
 SRC = REPO / "src"
+if str(SRC) not in sys.path:  # the checkout's package, never an installed one: no install on a GPU machine
+    sys.path.insert(0, str(SRC))
+
+from cpugpu_conformance.proctree import Proc, descendants  # noqa: E402  (standard library only)
+from cpugpu_conformance.proctree import stat_fields as _stat_fields  # noqa: E402
+
 PROOF_MODULES = ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_checks.py")
 PROOFS_FOR_ENV = "GPU_CHECK_PROOFS_FOR"
 LOG_NAMES = {"suite": "suite.log", "proofs": "proofs.log"}
@@ -306,39 +311,6 @@ def _in_the_child(parent: int) -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # gpu_check died before the line above
         os._exit(EXIT_INTERRUPTED)
-
-
-Proc = tuple[int, int]  # a process: its pid and start time, so a pid used again is never taken for it
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat after the command name: state, ppid, ..., start time at index 19."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].decode().split()
-    except (OSError, IndexError):
-        return None
-
-
-def descendants(pid: int) -> set[Proc]:
-    """Every process below ``pid`` by parent links, now (empty without /proc)."""
-    children: dict[int, list[Proc]] = collections.defaultdict(list)
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        fields = _stat_fields(int(entry)) if entry.isdigit() else None
-        if fields and len(fields) > 19:
-            children[int(fields[1])].append((int(entry), int(fields[19])))
-    found: set[Proc] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child[0])
-    return found
 
 
 def _kill(procs: set[Proc]) -> None:
@@ -839,7 +811,6 @@ def check(args: argparse.Namespace) -> int:
     summary = Summary(out)
     phase = "the checks before the suite"
     try:
-        sys.path.insert(0, str(SRC))  # results.py, to read the result file, with no install
         facts = gather_facts(args.device)
         cell = cell_name(facts.release, args.device)
         result = out / f"{cell}.json"

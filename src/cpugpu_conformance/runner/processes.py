@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cpugpu_conformance.output import write_out
+from cpugpu_conformance.proctree import Proc, alive, descendants
 
 LOG_TAIL_LINES = 40
 KILL_GRACE_S = 5.0
@@ -131,47 +132,12 @@ class SuiteRun:
 # is all there is. A process that left before it was ever noted (a double fork within
 # SWEEP_S) is not found.
 SWEEP_S = 1.0
-Stray = tuple[int, int]  # pid, start time (clock ticks since boot)
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat after the command name: state, ppid, ..., start time at index 19."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].decode().split()
-    except (OSError, IndexError):
-        return None
-
-
-def descendants(pid: int) -> set[Stray]:
-    """Every process below ``pid`` by parent links, now (empty without /proc)."""
-    children: dict[int, list[Stray]] = collections.defaultdict(list)
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        fields = _stat_fields(int(entry)) if entry.isdigit() else None
-        if fields and len(fields) > 19:
-            children[int(fields[1])].append((int(entry), int(fields[19])))
-    found: set[Stray] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child[0])
-    return found
-
-
-def _alive(stray: Stray) -> bool:
-    fields = _stat_fields(stray[0])
-    return bool(fields) and len(fields) > 19 and int(fields[19]) == stray[1] and fields[0] not in ("Z", "X")
+Stray = Proc  # pid, start time (clock ticks since boot)
 
 
 def _signal_strays(strays: Iterable[Stray], sig: int) -> None:
     for stray in strays:
-        if _alive(stray):  # still that process, not a pid used again
+        if alive(stray):  # still that process, not a pid used again
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(stray[0], sig)
 
@@ -179,10 +145,10 @@ def _signal_strays(strays: Iterable[Stray], sig: int) -> None:
 def _outlived(strays: Iterable[Stray]) -> list[str]:
     """The strays still running a moment after SIGKILL, as ``pid N (command)``."""
     deadline = time.monotonic() + KILL_GRACE_S
-    left = [s for s in strays if _alive(s)]
+    left = [s for s in strays if alive(s)]
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        left = [s for s in left if _alive(s)]
+        left = [s for s in left if alive(s)]
     return [f"pid {pid} ({_command_of(pid)})" for pid, _ in sorted(left)]
 
 
