@@ -97,3 +97,65 @@ def test_a_lock_path_that_is_a_fifo_is_refused_unopened(tmp_path):
             pytest.fail("the lock was taken on a FIFO")
     assert "a FIFO" in str(refused.value)
     assert stat.S_ISFIFO(os.lstat(results.lock_path(path)).st_mode)
+
+
+# --- a path that holds anything but one of our result files is refused untouched (issue 28, item 6)
+
+NOT_OURS = {
+    "notes": b"# my notes\n\nkeep these\n",
+    "other JSON": b'{"name": "my-package", "version": "1.0"}\n',
+    "JSON array": b"[1, 2, 3]\n",
+    "not UTF-8": b"\xff\xfe\x00notes",
+}
+
+
+@pytest.mark.parametrize("content", list(NOT_OURS.values()), ids=list(NOT_OURS))
+def test_the_lock_refuses_a_file_that_is_not_a_result_and_leaves_it_as_it_is(tmp_path, content):
+    path = tmp_path / "notes.md"
+    path.write_bytes(content)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(results.NotOurFile) as refused:
+        with results.exclusive(path):
+            pytest.fail("a path that holds someone's file was held")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{path}: holds no cell result (")
+    assert "left as it is" in message and isinstance(refused.value, results.NotRegularFile)
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "a lock file was made beside it"
+
+
+def test_the_lock_takes_a_new_path_an_empty_file_and_one_of_our_results(tmp_path):
+    ours = tmp_path / "cell.json"
+    results.placeholder("torch-2.13.0").write(ours)
+    empty = tmp_path / "empty.json"
+    empty.touch()
+    for path in (tmp_path / "new.json", empty, ours):
+        with results.exclusive(path):
+            results.CellResult(rf.completed("2.13.0")).write(path)
+        assert results.CellResult.load(path).status == "completed"
+
+
+def _pytest(tmp_path: Path, *args: str):
+    import subprocess
+    import sys
+
+    from suite_runner import outside_env
+
+    (tmp_path / "test_nothing.py").write_text("def test_one():\n    pass\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args], cwd=tmp_path,
+                          env=outside_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("extra", [["--bogus"], []], ids=["refused-command-line", "accepted-command-line"])
+def test_a_users_file_at_the_cell_result_path_is_never_replaced(tmp_path, extra):
+    """`--cpugpu-cell-result notes.md --bogus`: pytest refuses the command line, and the plugin, which
+    marks the path before pytest has accepted it, used to replace the user's notes with an error result."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# release notes\n")
+    proc = _pytest(tmp_path, "--cpugpu-cell-result", "notes.md", *extra)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert notes.read_text() == "# release notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["notes.md", "test_nothing.py"]
+    if not extra:  # the run's own start refuses it in one line, naming the path
+        line = next(line for line in proc.stderr.splitlines() if "notes.md" in line)
+        assert "--cpugpu-cell-result" in line and "holds no cell result" in line, proc.stderr

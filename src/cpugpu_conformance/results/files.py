@@ -1,8 +1,9 @@
 """Safe file I/O for result files and the reports made from them, and one writer at a time.
 
-Reading: regular files only, under a size cap, strict UTF-8 JSON; every failure is one
-ResultFileError line naming the file. Writing: atomically (a temporary file renamed into
-place), never over a FIFO, device or folder. ``exclusive`` holds a lock beside a result
+Reading: regular files only, under a size cap, strict UTF-8 JSON (no duplicate keys); every
+failure is one ResultFileError line naming the file. Writing: atomically (a temporary file
+renamed into place), never over a FIFO, device or folder, and a result file only at a new path
+or over one of ours (``check_result_path``). ``exclusive`` holds a lock beside a result
 file for a whole run. ``now()`` is the project's one clock for timestamps.
 """
 
@@ -37,6 +38,8 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 # for a failing run. A file of many tiny values costs a reader ~100 bytes of memory per byte
 # read, so they are counted, and refused over this, before anything is parsed.
 MAX_VALUES = 100_000
+# What a result file says it is (its "schema" key): the writers replace only a file that says so.
+RESULT_SCHEMA_ID = "cpugpu-conformance/cell-result"
 
 
 class ResultFileError(Exception):
@@ -108,7 +111,9 @@ def json_of(data: bytes, source: str | os.PathLike[str], *, max_values: int = MA
     except UnicodeDecodeError as exc:
         raise ResultFileError(f"{source}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+    except DuplicateKey as exc:
+        raise ResultFileError(f"{source}: not strict JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ResultFileError(f"{source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
@@ -130,6 +135,20 @@ def count_values(data: bytes) -> int:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+class DuplicateKey(ValueError):
+    """An object with a key twice: JSON parsers disagree on which one counts (Python's, the last)."""
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise DuplicateKey(f"the key {one_line(repr(twice), 80)} appears twice in one object (which one counts "
+                           "depends on the reader): write it once")
+    return out
 
 
 class NotRegularFile(OSError):
@@ -154,6 +173,51 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise NotRegularFile(f"{path}: not a regular file ({_kind_of(info.st_mode)}); a result is written only to a "
                              "regular file or a new path")
+
+
+class NotOurFile(NotRegularFile):
+    """A path a result writer was given holds a file that is not one of our result files (a team's
+    notes, a log, another tool's JSON): it is never replaced. The message names the path and what
+    it holds."""
+
+
+def check_result_path(path: str | os.PathLike[str]) -> None:
+    """Refuse, before anything is written, a result path that holds anything but one of our
+    result files: what ``check_writable`` refuses, and a regular file that is not a cell result
+    of this tool (any schema version; an empty file holds nothing to lose). Nothing is changed.
+
+    Every writer of result files goes through here (``exclusive``, ``CellResult.write``), so a
+    mistyped ``--cell-result notes.md`` never replaces the user's notes.
+    """
+    check_writable(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    if info.st_size == 0:
+        return
+    why = _not_ours(path, info)
+    if why:
+        raise NotOurFile(f"{path}: holds no cell result ({why}): it is left as it is, since a result is written only "
+                         "at a new path or over a result file; remove it or choose another path")
+
+
+def _not_ours(path: str | os.PathLike[str], info: os.stat_result) -> str | None:
+    """What is wrong with the regular file at ``path`` as one of our result files; None when it is one."""
+    if info.st_size > MAX_FILE_BYTES:
+        return f"{info.st_size:,} bytes, more than any result file"
+    try:
+        value = json_of(read_regular_file(path), path)
+    except ResultFileError as exc:
+        return str(exc).removeprefix(f"{path}: ")
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if not isinstance(value, dict):
+        return "JSON, but not an object"
+    said = value.get("schema")
+    if said == RESULT_SCHEMA_ID:
+        return None
+    return "JSON with no \"schema\" key" if said is None else f"JSON of schema {one_line(repr(said), 80)}"
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
@@ -213,7 +277,7 @@ def exclusive(path: str | os.PathLike[str]) -> Iterator[Path]:
     ``_remove_if_stale``), else the run refuses in one line naming it.
     """
     path = Path(path)
-    check_writable(path)  # nothing, not even the lock, beside a path no writer may replace
+    check_result_path(path)  # nothing, not even the lock, beside a path no writer may replace
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = lock_path(path)
     fd = _take_lock(path, lock)

@@ -25,6 +25,7 @@ from . import rule
 from .files import (
     MAX_FILE_BYTES,
     MAX_VALUES,
+    RESULT_SCHEMA_ID,
     ResultFileError,
     count_values,
     json_of,
@@ -35,7 +36,7 @@ from .files import (
 from .rule import Answer, Outcome
 from .text import clean_text, clean_tree, one_line
 
-SCHEMA_ID = "cpugpu-conformance/cell-result"
+SCHEMA_ID = RESULT_SCHEMA_ID  # files.py: the writers replace only a file that says it is one
 SCHEMA_VERSION = 2
 
 # How the cell ended. Only "completed" carries verdicts that can pass.
