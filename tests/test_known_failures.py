@@ -452,3 +452,56 @@ def test_the_file_needs_no_torch_and_nothing_of_the_tools_extra(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["known_failure", "failed"]
+
+
+# ---------------------------------------------------------------------------- a file nested 50,000 deep (issue 28, item 6)
+
+DEEP = 50_000
+
+
+def deep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "deep.toml"
+    path.write_text("[[known_failure]]\npromise = 2\nreason = " + "[" * DEEP + '"x"' + "]" * DEEP + "\n")
+    return path
+
+
+DEEP_LINE = "not a file of known failures: nested too deeply"
+
+
+def test_a_file_nested_50000_deep_is_one_line_not_a_recursion_error(tmp_path):
+    path = deep_file(tmp_path)
+    with pytest.raises(kf.KnownFailuresError) as refused:
+        kf.load(path)
+    assert str(refused.value).startswith(f"{path}: {DEEP_LINE}") and "\n" not in str(refused.value)
+
+
+def test_the_gate_refuses_a_deep_file_in_one_line_exit_2(tmp_path, capsys):
+    deep = deep_file(tmp_path)
+    assert gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0"), "--known-failures", str(deep)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        f"cpugpu-conformance gate: error: --known-failures {deep}: {DEEP_LINE} (it holds [[known_failure]] tables "
+        "of plain keys and values)"]
+
+
+def test_in_a_projects_own_run_a_deep_file_is_exit_4_one_line_and_an_error_result(tmp_path):
+    deep = deep_file(tmp_path)
+    result = tmp_path / "cell.json"
+    proc = team_run(tmp_path, "--cpugpu-known-failures", str(deep), "--cpugpu-cell-result", str(result))
+    assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"--cpugpu-known-failures {deep}: {DEEP_LINE}" in proc.stderr
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr and "RecursionError" not in proc.stdout + proc.stderr
+    written = results.CellResult.load(result)
+    assert written.status == "error" and DEEP_LINE in written["detail"]
+
+
+def test_run_refuses_a_deep_file_exit_4_with_an_error_result(tmp_path):
+    deep = deep_file(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "cpugpu_conformance", "run", "--promise", "2",
+                           "--known-failures", str(deep), "--cell-result", "out.json"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"--known-failures {deep}: {DEEP_LINE}" in proc.stderr and "Traceback" not in proc.stderr
+    written = results.CellResult.load(tmp_path / "out.json")
+    assert written.status == "error" and DEEP_LINE in written["detail"]

@@ -107,9 +107,12 @@ def load(path: str | os.PathLike[str]) -> KnownFailures:
     toml = _toml()
     try:
         data = toml.loads(text)
+        return parse(data, name)
     except toml.TOMLDecodeError as exc:
         raise KnownFailuresError(f"{name}: not valid TOML: {_one_line(str(exc))}") from None
-    return parse(data, name)
+    except RecursionError:  # arrays or tables nested thousands deep: the parser recurses per level
+        raise KnownFailuresError(f"{name}: not a file of known failures: nested too deeply (it holds "
+                                 f"[[{TABLE}]] tables of plain keys and values)") from None
 
 
 def parse(data: Mapping[str, Any], name: str) -> KnownFailures:
