@@ -116,13 +116,14 @@ def test_a_path_to_the_callers_folder_is_refused_and_loads_no_conftest(tmp_path,
         (("--noconftest",), "--noconftest"),
         (("--impl",), "--impl needs a value"),
         (("-p", "no:hypothesispytest"), "-p no:hypothesispytest"),
+        (("-p", "no:cpugpu_conformance.testing.plugin"), "-p no:cpugpu_conformance.testing.plugin"),
         (("--confcutdir", "/"), "--confcutdir"),
         (("--pyargs",), "--pyargs"),
         pytest.param(("--max-warnings", "0"), "--max-warnings: its exit code (6)",
                      marks=pytest.mark.skipif(not hasattr(pytest.ExitCode, "MAX_WARNINGS_ERROR"),
                                               reason="this pytest has no --max-warnings")),
     ],
-    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "confcutdir", "pyargs", "max-warnings"],
+    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "no-plugin", "confcutdir", "pyargs", "max-warnings"],
 )
 def test_a_refused_option_replaces_an_earlier_pass_with_an_error(tmp_path, args, culprit):
     path = old_pass(tmp_path / "old_pass.json")
@@ -142,6 +143,48 @@ def test_a_command_line_pytest_refuses_replaces_an_earlier_pass_too(tmp_path):
     assert "--no-such-option" in proc.stderr
     cell = results.CellResult.load(path)
     assert cell.status == "error" and "pytest exit status 4" in cell.detail, cell.detail
+
+
+# --- issue 28, item 6: a run in which the plugin never loads
+
+
+@pytest.mark.parametrize("env", [{"PYTEST_ADDOPTS": "-p no:cpugpu_conformance.testing.plugin"},
+                                 {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}], ids=["addopts-no-plugin", "no-autoload"])
+def test_a_run_whose_plugin_never_loads_leaves_no_earlier_pass(tmp_path, env):
+    path = old_pass(tmp_path / "old_pass.json")
+    proc = run_in(tmp_path, "--promise", "2", "--device", "cpu", "--cell-result", str(path), env={**suite_env(), **env})
+    assert proc.returncode not in (0, 5, 6), proc.stdout[-3000:] + proc.stderr
+    cell = results.CellResult.load(path)
+    assert cell.status == "error" and not cell.answer().clean, cell.detail
+    assert "pytest exit status" in cell.detail, cell.detail
+
+
+def test_run_marks_the_result_path_before_pytest_starts(tmp_path, monkeypatch):
+    from cpugpu_conformance.cli import run as running
+
+    path = old_pass(tmp_path / "cell.json")
+    seen = {}
+
+    def suite(folder, prepared):  # what pytest would find at the path when it starts
+        seen["cell"] = results.CellResult.load(path)
+        return 0
+
+    monkeypatch.setattr(running, "run_suite", suite)
+    assert running.main(["--cell-result", str(path), "--promise", "2"]) == 0
+    assert seen["cell"].status == "error" and seen["cell"].detail == running.NOT_STARTED
+    assert not seen["cell"].answer().clean
+
+
+def test_run_refuses_a_result_path_another_run_holds_untouched(tmp_path, capsys):
+    from cpugpu_conformance.cli import run as running
+
+    path = old_pass(tmp_path / "cell.json")
+    before = path.read_bytes()
+    with results.exclusive(path):
+        assert running.main(["--cell-result", str(path), "--promise", "2"]) == 4
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"cpugpu-conformance run: --cell-result ") and str(path) in line, line
+    assert path.read_bytes() == before
 
 
 # --- 8. a result path that is not a regular file

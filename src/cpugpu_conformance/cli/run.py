@@ -64,8 +64,14 @@ REFUSED_OPTIONS = {
 # Plugins the suite cannot run without (-p no:NAME).
 NEEDED_PLUGINS = {
     "hypothesispytest": "the suite needs hypothesis's pytest plugin (--hypothesis-profile, its health checks)",
+    "cpugpu_conformance.testing.plugin": "the library's plugin is what judges the run and writes its result file",
     __name__: "it is how `run` keeps the caller's directory out of the run",
 }
+# What the file at --cell-result says from the moment `run` takes it until the suite writes its
+# answer: a run in which the plugin never loads (PYTEST_ADDOPTS="-p no:...",
+# PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 and a plugin that needed it) leaves this, never an earlier pass.
+NOT_STARTED = ("the run did not start: `cpugpu-conformance run` marked this path before pytest started, "
+               "and the suite never wrote its answer here")
 
 
 class SuiteNotFound(Exception):
@@ -218,6 +224,30 @@ def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int
     return None
 
 
+def mark_not_started(prepared: Prepared) -> str | None:
+    """Before pytest starts: the file at --cell-result says ``error`` (NOT_STARTED), so only the
+    suite's own answer can replace an earlier run's. Returns why the path cannot be taken (one
+    line: another run holds it, it holds something that is not a result file, it cannot be
+    written), or None."""
+    from .. import results
+
+    path = prepared.cell_result
+    if not path:
+        return None
+    try:
+        with results.exclusive(path):
+            results.CellResult.new(_cell_name(prepared), "error", detail=NOT_STARTED, impl=prepared.values.get("--impl"),
+                                   argv=sys.argv[1:]).write(path)
+    except results.ResultPathBusy as exc:
+        return f"--cell-result {exc}"
+    except OSError as exc:  # not a regular file, not one of our result files, no permission
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+        return f"--cell-result {why}" if why.startswith(str(path)) else f"--cell-result {path}: {why}"
+    except (ValueError, results.ResultFileError) as exc:
+        return f"--cell-result {path}: {exc}"
+    return None
+
+
 def _refuse(prepared: Prepared) -> int:
     assert prepared.refusal is not None
     problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", SuiteExit.USAGE_ERROR)
@@ -340,9 +370,15 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
         print(f"cpugpu-conformance run: {how}: the run was interrupted, it is not a pass"
               + (f" ({problem})" if problem else ""), file=sys.stderr)
         return SuiteExit.INTERRUPTED
-    if code != 0 and _identity(prepared.cell_result) == before:
-        # pytest refused the command line before the suite started (its message is above):
-        # an earlier run's verdict must not stay at the path this run was asked to write.
+    if prepared.cell_result and _identity(prepared.cell_result) == before:
+        # The suite wrote nothing: pytest refused the command line before the suite started (its
+        # message is above), or the plugin never loaded. The path still says NOT_STARTED; say how.
+        if code == 0:
+            why = ("pytest exited 0, but the suite wrote no result: the library's plugin did not run "
+                   "(-p no:cpugpu_conformance.testing.plugin in PYTEST_ADDOPTS?)")
+            record_refusal(prepared, "error", why, code)
+            print(f"cpugpu-conformance run: {why}: it is not a pass", file=sys.stderr)
+            return SuiteExit.INTERNAL_ERROR
         status = "interrupted" if code == SuiteExit.INTERRUPTED else "error"
         record_refusal(prepared, status, f"pytest exit status {code} before the suite started (see the run's output)", code)
     return code
@@ -358,6 +394,10 @@ def main(args: Sequence[str]) -> int:
     prepared = prepare(args)
     if prepared.refusal:
         return _refuse(prepared)
+    problem = mark_not_started(prepared)
+    if problem:  # nothing was written there: the path is another run's, or not ours to replace
+        print(f"cpugpu-conformance run: {problem}", file=sys.stderr)
+        return SuiteExit.USAGE_ERROR
     return run_suite(folder, prepared)
 
 
