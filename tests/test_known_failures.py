@@ -180,7 +180,7 @@ def test_a_known_failure_is_its_own_outcome_and_the_cell_is_clean(tmp_path):
     assert out.failures == tuple(FAILED["failures"])  # the reproducers stay
     answer = cell.answer()
     assert answer.clean and answer.counts["known_failure"] == 1 and answer.counts["passed"] == 10
-    assert "1 known failures" in cell.describe()
+    assert cell.describe() == "passed (10 passed, 0 failed, 0 untested, 1 recorded, 1 known failure)"
 
 
 def test_without_the_listing_it_is_a_failure(tmp_path):
@@ -224,8 +224,28 @@ def test_a_cell_whose_every_asked_pair_is_a_known_failure_is_clean():
         if entry["verdict"] in ("passed", "recorded"):
             block["devices"]["cpu"] = {"verdict": "known_failure", "reason": f"p{promise}", "passed": 0, "failed": 1,
                                        "skipped": 0, "failures": FAILED["failures"]}
-    answer = results.CellResult(data, "all-known.json").answer()
+    cell = results.CellResult(data, "all-known.json")
+    answer = cell.answer()
     assert answer.clean and answer.counts["known_failure"] == 12
+    # Nothing passed: the answer is never called passed (issue 28, item 6), in the log line or the summary.
+    assert cell.describe() == ("KNOWN FAILURES ONLY (0 passed, 0 failed, 0 untested, 0 recorded, "
+                               "12 known failures)")
+    assert not cell.describe().startswith("passed")
+
+
+def test_a_cell_in_which_nothing_passed_is_never_passed_in_the_summary_table(tmp_path):
+    from cpugpu_conformance.report import summary
+
+    data = rf.completed("2.15.0")
+    for block in data["promises"].values():
+        if block["devices"]["cpu"]["verdict"] in ("passed", "recorded"):
+            block["devices"]["cpu"] = {"verdict": "known_failure", "reason": "listed", "passed": 0, "failed": 1,
+                                       "skipped": 0, "failures": FAILED["failures"]}
+    rf.write(tmp_path, "torch-2.15.0-cpu.json", data)
+    row, = summary.summarize(tmp_path)
+    assert row.clean and row.mark == "KNOWN FAILURES ONLY"
+    table = summary.format_summary([row])
+    assert "passed" not in table.splitlines()[1] and "KNOWN FAILURES ONLY" in table.splitlines()[1]
 
 
 def test_the_schema_names_the_listing_so_a_closed_schema_keeps_it():

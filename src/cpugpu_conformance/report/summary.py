@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cpugpu_conformance import results
+from cpugpu_conformance.results import rule
 
 SUMMARY_COUNTS = ("passed", "failed", "untested", "recorded")
 # The answer of a row whose file is there but is not a cell result (malformed, not JSON, a FIFO...).
@@ -30,10 +31,13 @@ class Row:
     duration_s: float | None
     clean: bool
     why: str | None = None  # the first reason the cell is not clean
+    word: str | None = None  # the answer as results.rule.answer_word says it (a clean cell with no pass is no "passed")
 
     @property
     def mark(self) -> str:
-        return self.answer if self.clean else self.answer.upper().replace("_", " ")
+        if self.clean:
+            return self.word or self.answer
+        return self.answer.upper().replace("_", " ")
 
 
 def _row(name: str, path: Path) -> Row:
@@ -44,8 +48,11 @@ def _row(name: str, path: Path) -> Row:
     answer = result.answer()
     device = result.requested.get("device") or ",".join(result.tested_devices()) or "?"
     more = f" (+{len(answer.lines) - 1} more)" if len(answer.lines) > 1 else ""
+    states = sum(1 for judged in (result.get("mutable_state") or {}).values()
+                 if isinstance(judged, dict) and judged.get("verdict") == "passed")
     return Row(result.name, result.release, str(device), answer.kind, dict(answer.counts) if result.completed else {},
-               result.get("duration_s"), answer.clean, answer.lines[0] + more if answer.lines else None)
+               result.get("duration_s"), answer.clean, answer.lines[0] + more if answer.lines else None,
+               word=rule.answer_word(answer, states))
 
 
 def _row_without_result(name: str, path: Path, error: results.ResultFileError) -> Row:

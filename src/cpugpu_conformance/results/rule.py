@@ -199,16 +199,39 @@ def answer(result: Result) -> Answer:
 
 
 def describe(result: Result) -> str:
-    """One line for logs and the summary: the answer and its counts."""
+    """One line for logs and the summary: the answer and its counts. A clean answer in which no
+    check passed (every asked pair a known failure) is never called passed."""
     a = answer(result)
     if not result.completed:
         return a.lines[0]
     c = a.counts
-    word = {"passed": "passed", "failed": "FAILED", "untested": "UNTESTED"}[a.kind]
-    known = f", {c['known_failure']} known failures" if c.get("known_failure") else ""
+    states = _state_classes(result)
+    word = answer_word(a, sum(1 for kind in states if kind == "passed"))
+    known = f", {_plural(c['known_failure'], 'known failure')}" if c.get("known_failure") else ""
     stale = f", {c['listed_but_passed']} listed as known failures but passed" if c.get("listed_but_passed") else ""
+    held = (f", {sum(1 for kind in states if kind == 'passed')} of {_plural(len(states), 'MutableStateTests class', 'es')}"
+            " passed" if states else "")
     return (f"{word} ({c['passed']} passed, {c['failed']} failed, {c['untested']} untested, {c['recorded']} recorded"
-            f"{known}{stale})")
+            f"{known}{stale}{held})")
+
+
+def answer_word(a: Answer, states_passed: int = 0) -> str:
+    """The answer as one word for a log line or a table: passed, FAILED, UNTESTED; a clean answer
+    in which nothing passed or was recorded (only known failures) is KNOWN FAILURES ONLY."""
+    if a.kind == "passed":
+        held = a.counts.get("passed", 0) + a.counts.get("recorded", 0) + states_passed
+        return "passed" if held else "KNOWN FAILURES ONLY"
+    return {"failed": "FAILED", "untested": "UNTESTED"}.get(a.kind, a.kind.upper().replace("_", " "))
+
+
+def _state_classes(result: Result) -> list[str]:
+    """The verdict of each MutableStateTests class the result holds."""
+    section = result.get("mutable_state") or {}
+    return [judged.get("verdict") if isinstance(judged, dict) else "untested" for _, judged in sorted(section.items())]
+
+
+def _plural(n: int, word: str, suffix: str = "s") -> str:
+    return f"{n} {word}" + ("" if n == 1 else suffix)
 
 
 def _listing(entry: dict[str, Any]) -> dict[str, Any] | None:
