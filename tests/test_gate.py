@@ -7,6 +7,8 @@ on both sides, or it refuses (exit 2) naming each gap. Nothing untested is ever 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -470,3 +472,64 @@ def test_a_waiver_does_not_hide_another_gap_of_the_candidate(tmp_path, capsys):
     candidate = waived(rf.completed("2.15.0"), "12")
     candidate["promises"]["5"]["devices"]["cpu"] = {"verdict": "skipped", "reason": "numpy missing"}
     assert gate(tmp_path, waived(rf.completed("2.14.1"), "12"), candidate) == 2
+
+
+# --- --job-summary at a FIFO or through a symbolic link (issue 28, item 6) --------------------------
+
+
+def _summary_gate(tmp_path: Path, summary: Path) -> int:
+    return gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0"), "--job-summary", str(summary))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_job_summary_at_a_fifo_is_refused_in_one_line_and_never_waits(tmp_path, capsys):
+    fifo = tmp_path / "summary.md"
+    os.mkfifo(fifo)
+    # Opening a FIFO for writing waits for a reader forever: a gate that did so would hang the job.
+    code = _in_a_thread(lambda: _summary_gate(tmp_path, fifo))
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [f"cpugpu-conformance gate: error: --job-summary {fifo}: cannot write: not a "
+                                         "regular file (a FIFO); the summary is appended only to a regular file"]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="symbolic links")
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
+def test_a_job_summary_through_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path, capsys, dangling):
+    target = tmp_path / "precious.txt"
+    if not dangling:
+        target.write_text("keep me\n")
+    link = tmp_path / "summary.md"
+    link.symlink_to(target)
+    assert _in_a_thread(lambda: _summary_gate(tmp_path, link)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"cpugpu-conformance gate: error: --job-summary {link}: cannot write: a symbolic link (to {target}); the "
+        "summary is appended only to a regular file, never through a link"]
+    assert (target.read_text() == "keep me\n") if not dangling else not target.exists()
+    assert link.is_symlink()
+
+
+def test_a_job_summary_that_is_a_regular_file_or_new_is_appended_to(tmp_path, capsys):
+    existing = tmp_path / "summary.md"
+    existing.write_text("before\n")
+    assert _summary_gate(tmp_path, existing) == 0
+    assert existing.read_text().startswith("before\n### cpugpu-conformance gate: PASS")
+    new = tmp_path / "new.md"
+    assert _summary_gate(tmp_path, new) == 0
+    assert new.read_text().startswith("### cpugpu-conformance gate: PASS")
+
+
+def _in_a_thread(call, timeout: float = 20):
+    """``call()`` in a thread: a gate that blocks (on a FIFO) fails the test instead of hanging it."""
+    import threading
+
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert done, f"the gate still runs after {timeout} s (blocked opening the job summary?)"
+    return done[0]

@@ -19,6 +19,9 @@ every exit code, bad input included."""
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -72,6 +75,10 @@ def with_known_failures(result: CellResult, listed: known_failures.KnownFailures
 
 def run(args: argparse.Namespace) -> int:
     summary = JobSummary(args.job_summary)
+    refused = summary.refusal()
+    if refused:  # nothing is compared or written: the summary could not say it
+        _error(refused)
+        return ExitCode.USAGE
     try:
         listed = known_failures.load(args.known_failures) if args.known_failures is not None else None
     except known_failures.KnownFailuresError as exc:
@@ -113,13 +120,59 @@ class JobSummary:
             _error(line)
         return self.write(refusal_markdown(lines, ExitCode.USAGE), ExitCode.USAGE)
 
+    def refusal(self) -> str | None:
+        """Why FILE cannot take the summary, checked before anything is compared: a FIFO (an append
+        would wait forever for a reader), a device, a folder, or a symbolic link (the append would
+        go to whatever it points to). A new path or a regular file is fine."""
+        if self.path is None:
+            return None
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"--job-summary {self.path}: cannot look at it: {exc.strerror or exc}"
+        return _not_appendable(self.path, info.st_mode)
+
     def write(self, markdown: str, code: int) -> int:
         if self.path is None:
             return code
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+        try:  # never through a link, never blocking on a FIFO put there since the check
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            why = "cannot write: a symbolic link; the summary is never written through one" if exc.errno == errno.ELOOP \
+                else f"cannot write: {exc.strerror or exc}"
+            _error(f"--job-summary {self.path}: {why}")
+            return code or ExitCode.USAGE
         try:
-            with open(self.path, "a", encoding="utf-8") as out:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                _error(_not_appendable(self.path, mode) or f"--job-summary {self.path}: not a regular file")
+                return code or ExitCode.USAGE
+            with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as out:
                 out.write(markdown)
         except OSError as exc:
             _error(f"--job-summary {self.path}: cannot write: {exc.strerror or exc}")
             return code or ExitCode.USAGE
+        finally:
+            os.close(fd)
         return code
+
+
+def _not_appendable(path: Path, mode: int) -> str | None:
+    """One line for what is at ``path`` when it is not a regular file the summary may be appended to."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            target = f" (to {os.readlink(path)})"
+        except OSError:
+            target = ""
+        return (f"--job-summary {path}: cannot write: a symbolic link{target}; the summary is appended only to a "
+                "regular file, never through a link")
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kind = next((name for test, name in kinds if test(mode)), "not a plain file")
+    return f"--job-summary {path}: cannot write: not a regular file ({kind}); the summary is appended only to a regular file"
