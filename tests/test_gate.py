@@ -6,8 +6,10 @@ on both sides, or it refuses (exit 2) naming each gap. Nothing untested is ever 
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -533,3 +535,72 @@ def _in_a_thread(call, timeout: float = 20):
     thread.join(timeout)
     assert done, f"the gate still runs after {timeout} s (blocked opening the job summary?)"
     return done[0]
+
+
+# --- Markdown in failure messages is escaped in the job summary (issue 28, item 6) ------------------
+
+HOSTILE_MESSAGE = ("AssertionError: see [the fix](https://evil.example/phish) ![pwned](https://evil.example/x.png) "
+                   "**now** _or_ `never` ~~ok~~ www.evil.example mail@evil.example")
+
+
+def _outside_fences(markdown: str) -> str:
+    out, fence = [], None
+    for line in markdown.splitlines():
+        opener = re.match(r"^(`{3,})\w*$", line)
+        if fence is None and opener:
+            fence = opener.group(1)
+        elif fence is not None and line == fence:
+            fence = None
+        elif fence is None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def test_markdown_in_a_failure_message_is_shown_as_text_in_the_job_summary(tmp_path, capsys):
+    failing = {("3", "cpu"): [rf.failure("test_mutable[**x**]", HOSTILE_MESSAGE, REPRODUCER)]}
+    summary = tmp_path / "summary.md"
+    code = gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", failed=failing), "--job-summary", str(summary))
+    assert code == 1
+    text = _outside_fences(summary.read_text())
+    # No link, image, emphasis, code span, strikethrough or autolink can form outside the fences:
+    for syntax in ("[the fix]", "](https", "![pwned]", "**now**", "**x**", "_or_", "`never`", "~~ok~~", "://",
+                   "www.evil", "mail@evil", "[**x**]"):
+        assert syntax not in text, (syntax, text)
+    row = next(line for line in text.splitlines() if line.startswith("| 3 "))
+    assert HOSTILE_MESSAGE in html.unescape(row), "the message itself is all there, as text"
+    assert html.unescape(text).count("test_mutable[**x**]") >= 2  # in the table and the reproducer's summary
+
+
+# --- a hand-made candidate: another torch than it asked for, duplicate keys (issue 28, item 6) -------
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_a_cell_that_ran_another_torch_than_it_asked_for_is_refused(tmp_path, capsys, side):
+    forged = rf.completed("2.15.0")
+    forged["environment"]["torch"] = "2.14.1+cpu"  # the baseline's torch, in a cell asked as 2.15.0
+    pair = (forged, rf.completed("2.15.0")) if side == "baseline" else (rf.completed("2.14.1"), forged)
+    assert gate(tmp_path, *pair) == 2
+    line, = errors(capsys)
+    assert line == (f"{tmp_path / (side + '.json')}: not a valid cell result: environment.torch is '2.14.1+cpu', but "
+                    "the cell asked for torch '2.15.0' (requested.torch); a cell that got another torch is 'wrong "
+                    "torch', never completed")
+
+
+def test_a_local_label_or_a_shorter_spelling_is_the_same_torch(tmp_path, capsys):
+    candidate = rf.completed("2.15.0")
+    candidate["environment"]["torch"] = "2.15+cu128"
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 0
+
+
+def test_a_result_file_with_a_key_twice_is_refused(tmp_path, capsys):
+    text = json.dumps(rf.completed("2.15.0"), indent=2, sort_keys=True)
+    # The verdict of promise 3 twice: Python's json keeps the last one, other readers the first.
+    verdict = '"verdict": "passed"'
+    first = text.index(verdict)
+    twice = text[:first] + '"verdict": "failed", ' + text[first:]
+    candidate = tmp_path / "candidate.json"
+    candidate.write_text(twice)
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 2
+    line, = errors(capsys)
+    assert line == (f"{candidate}: not strict JSON: the key 'verdict' appears twice in one object (which one counts "
+                    "depends on the reader): write it once")

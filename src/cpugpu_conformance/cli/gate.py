@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             baseline, candidate = with_known_failures(baseline, listed), with_known_failures(candidate, listed)
     except ResultFileError as exc:
         return summary.refuse([str(exc)])
+    forged = [line for line in (baseline.torch_mismatch(), candidate.torch_mismatch()) if line]
+    if forged:
+        return summary.refuse(forged)
     unknown = [d for d in args.device or () if d not in DEVICES]
     if unknown:
         return summary.refuse([f"--device {unknown[0]!r}: unknown device; expected one of {', '.join(DEVICES)}"])

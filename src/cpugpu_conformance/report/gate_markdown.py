@@ -10,7 +10,6 @@ reproducer is cut with a note and at most MAX_SHOWN changes of a kind are listed
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable, Sequence
 
@@ -22,9 +21,31 @@ REPRODUCER_LIMIT = 20_000  # characters of one reproducer
 HEADLINES = {0: "PASS", 1: "FAIL", 2: "NO ANSWER"}
 
 
+# What Markdown (GitHub's: CommonMark with tables, strikethrough and autolinks) reads as syntax in a
+# line of text: links and images (their brackets), emphasis, code spans, strikethrough, headings,
+# list markers, backslash escapes, table pipes. Each becomes a character reference, which GitHub
+# shows as the character itself and never as syntax; HTML's own characters keep their names.
+_ESCAPED = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;",
+            **{ch: f"&#{ord(ch)};" for ch in "[]*_`~\\|"}}
+# Syntax only where a line starts: a heading, a list item, a setext rule, an ordered list ("1. ").
+_LINE_START = re.compile(r"[#+=-]|\d+[.)](?:\s|$)")
+
+
+def _is_syntax(text: str, i: int) -> bool:
+    """Whether text[i] would start Markdown syntax besides _ESCAPED's: at the start of the line
+    (_LINE_START), or an autolink, which needs no brackets (a scheme's "://", "www.", an "@")."""
+    ch = text[i]
+    if i == 0 and _LINE_START.match(text):
+        return True
+    return ch == "@" or (ch == ":" and text.startswith("//", i + 1)) or (ch == "." and text[max(0, i - 3):i].lower() == "www")
+
+
 def cell_text(text: object, limit: int = 300) -> str:
-    """Text for a table cell or a summary line: one line, HTML escaped, no table breaks."""
-    return html.escape(one_line(str(text), limit)).replace("|", "&#124;")
+    """Text for a table cell or a summary line: one line, HTML escaped, and every character that
+    Markdown would read as a link, an image, emphasis, code, a heading or a table break escaped, so
+    a failure message from another machine shows as the text it is (html.unescape gives it back)."""
+    raw = one_line(str(text), limit)
+    return "".join(_ESCAPED.get(ch) or (f"&#{ord(ch)};" if _is_syntax(raw, i) else ch) for i, ch in enumerate(raw))
 
 
 def code_block(text: str, language: str = "python") -> str:

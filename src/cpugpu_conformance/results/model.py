@@ -292,6 +292,17 @@ class CellResult(Mapping[str, Any]):
         torch = self.requested.get("torch") or self.environment.get("torch")
         return str(torch).split("+", 1)[0] if torch else "unknown"
 
+    def torch_mismatch(self) -> str | None:
+        """One line when a completed cell ran another torch than the one it asked for
+        (``environment.torch`` against ``requested.torch``, the local label aside): no run of the
+        tools writes that (the cell is ``wrong_torch`` then), so the file was made or edited by hand."""
+        asked, ran = self.requested.get("torch"), self.environment.get("torch")
+        if not self.completed or not isinstance(asked, str) or not isinstance(ran, str) or same_release(asked, ran):
+            return None
+        return (f"{self.source}: not a valid cell result: environment.torch is {one_line(repr(ran), 80)}, but the cell "
+                f"asked for torch {one_line(repr(asked), 80)} (requested.torch); a cell that got another torch is "
+                "'wrong torch', never completed")
+
     def promise_numbers(self) -> list[str]:
         return promise_order(self._data.get("promises") or {})
 
@@ -434,6 +445,18 @@ def machine_kind(environment: Mapping[str, Any]) -> str:
         name = environment.get("gpu_name")
         return f"CUDA ({one_line(name, 200)})" if isinstance(name, str) and name.strip() else "CUDA (GPU not named)"
     return UNKNOWN_MACHINE
+
+
+def same_release(a: str, b: str) -> bool:
+    """Whether two torch versions are one release, local labels (+cpu, +cu121) aside: 2.15 and
+    2.15.0 are; 2.15.0 and 2.14.1 are not."""
+    from packaging.version import InvalidVersion, Version  # the suite writes results without packaging
+
+    a, b = a.split("+", 1)[0].strip(), b.split("+", 1)[0].strip()
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def release_key(release: str) -> tuple:
