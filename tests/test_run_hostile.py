@@ -183,7 +183,7 @@ def test_run_refuses_a_result_path_another_run_holds_untouched(tmp_path, capsys)
     with results.exclusive(path):
         assert running.main(["--cell-result", str(path), "--promise", "2"]) == 4
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"cpugpu-conformance run: --cell-result ") and str(path) in line, line
+    assert line.startswith("cpugpu-conformance run: --cell-result ") and str(path) in line, line
     assert path.read_bytes() == before
 
 
