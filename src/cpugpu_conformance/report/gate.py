@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 
-from ..results import NOT_PROBED, Answer, CellResult, Comparison, one_line
+from ..results import NOT_PROBED, Answer, CellResult, Comparison, StateChange, one_line
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -71,7 +71,7 @@ def fails(cmp: Comparison, strict: bool, answer: Answer | None = None) -> bool:
     (``answer``) is FAILED, a promise the known-failures file lists that the candidate passed (its
     own run fails on it), or (--strict) a change in observed behaviour."""
     failed = answer is not None and answer.kind == "failed"
-    return bool(cmp.regressions or failed or cmp.listed_but_passed or (strict and cmp.observation_changes))
+    return bool(cmp.regression_count or failed or cmp.listed_but_passed or (strict and cmp.observation_changes))
 
 
 def own_answer(candidate: CellResult, cmp: Comparison) -> Answer:
@@ -79,10 +79,41 @@ def own_answer(candidate: CellResult, cmp: Comparison) -> Answer:
     COMPARED (no gap, no pass), and a candidate untested only there is no reason to refuse."""
     answer = candidate.answer()
     both = tuple(f"promise {c.promise} ({c.title}) on {c.device}: waived:" for c in cmp.not_compared)
+    both += tuple(f"mutable state of {c.cls}: waived:" for c in cmp.state_not_compared)
     lines = tuple(line for line in answer.lines if not (both and line.startswith(both)))
     if answer.kind == "untested" and not lines:
         return Answer("passed", (), answer.counts)
     return Answer(answer.kind, lines, answer.counts)
+
+
+def checked_text(cmp: Comparison) -> str:
+    """What the baseline passed, that the candidate must keep: "12 promise checks", "1 MutableStateTests
+    class(es)", or both."""
+    states = f"{cmp.state_checked} MutableStateTests class(es)"
+    if cmp.buffer_not_in_run:
+        return states
+    promises = f"{cmp.checked} promise checks"
+    return f"{promises} and {states}" if cmp.state_checked or cmp.state_changes else promises
+
+
+def state_failure_lines(change: StateChange) -> list[str]:
+    """Each test of a state class that did not pass in the candidate: its paths (where the walk found a
+    tensor that refuses an in-place update, and why), the caller's state it changed, its reproducer."""
+    out: list[str] = []
+    for test in change.tests:
+        where = ", ".join(one_line(test[k]) for k in ("device", "context") if test.get(k))
+        out.append(f"  {test.get('verdict')}: {one_line(test.get('test'))}" + (f" ({where})" if where else ""))
+        paths = [p for p in test.get("bad_paths") or [] if isinstance(p, dict)]
+        for bad in paths:
+            phase = f" ({one_line(bad.get('phase'))})" if bad.get("phase") else ""
+            out.append(f"    {one_line(bad.get('path'))}: {one_line(bad.get('why'))}{phase}")
+        for line in test.get("caller_state_changes") or []:
+            out.append(f"    {one_line(line)}")
+        if not paths and not test.get("caller_state_changes"):
+            out.append(f"    {one_line(test.get('why') or 'no reason given')}")
+        reproducer = test.get("reproducer")
+        out += ["  reproducer:", _indent(str(reproducer), "    ")] if reproducer else ["  (no reproducer recorded)"]
+    return out
 
 
 def unanswered(answer: Answer) -> bool:
@@ -98,6 +129,8 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
     answer = own_answer(candidate, cmp) if answer is None else answer
     out = [f"baseline:  {_describe(baseline)}", f"candidate: {_describe(candidate)}",
            f"compared devices: {', '.join(cmp.devices)}"]
+    if cmp.buffer_not_in_run:
+        out.append(f"NOT COMPARED: {cmp.buffer_not_in_run}")
     for i, reg in enumerate(cmp.regressions, 1):
         out += ["", f"REGRESSION {i}: {reg.line()}"]
         for failure in reg.after.failures:
@@ -105,14 +138,20 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
             out.append(_indent(str(failure.get("message") or ""), "    "))
             reproducer = failure.get("reproducer")
             out += ["  reproducer:", _indent(str(reproducer), "    ")] if reproducer else ["  (no reproducer recorded)"]
+    for i, reg in enumerate(cmp.state_regressions, len(cmp.regressions) + 1):
+        out += ["", f"REGRESSION {i}: mutable state of {one_line(reg.cls)}: {reg.before} -> {reg.after}"]
+        out += state_failure_lines(reg)
 
-    notes = [f"fixed: {c.line()}" for c in cmp.fixed]
-    notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)" for c in cmp.still_failing]
+    notes = [f"fixed: {c.line()}" for c in [*cmp.fixed, *cmp.state_fixed]]
+    notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)"
+              for c in [*cmp.still_failing, *cmp.state_still_failing]]
     notes += [f"KNOWN FAILURE: {c.line()} (listed in the known-failures file: not a regression)" for c in cmp.known_failures]
     notes += [f"KNOWN FAILURE NOW PASSES: promise {c.promise} ({c.title}) on {c.device}: {c.after.listed}"
               for c in cmp.listed_but_passed]
     notes += [f"NOT COMPARED: promise {c.promise} ({c.title}) on {c.device}: waived in both cells "
               f"({c.after.note or 'no reason given'}): not tested, so neither a gap nor a pass" for c in cmp.not_compared]
+    notes += [f"NOT COMPARED: mutable state of {c.cls}: waived in both cells ({c.note or 'no reason given'}): not "
+              "tested, so neither a gap nor a pass" for c in cmp.state_not_compared]
     notes += [f"WARNING: {w}" for w in cmp.warnings]
     notes += [f"WARNING: promise {c.promise} ({c.title}) on {c.device} recorded something else: "
               f"{c.before.describe()} -> {c.after.describe()} (recorded, not judged)" for c in cmp.recorded_changes]
@@ -129,8 +168,8 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
 
     out.append("")
     reasons = f"{len(answer.lines)} reason(s) above"
-    if cmp.regressions:
-        out.append(f"FAIL: {len(cmp.regressions)} regression(s) out of {cmp.checked} promise checks that passed in the baseline")
+    if cmp.regression_count:
+        out.append(f"FAIL: {cmp.regression_count} regression(s) out of {checked_text(cmp)} that passed in the baseline")
     elif cmp.listed_but_passed:
         out.append(f"FAIL: {len(cmp.listed_but_passed)} promise check(s) the known-failures file lists pass in the "
                    "candidate (no regression: remove the entries, as the candidate's own run says)")
@@ -146,9 +185,11 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
                   + bool(cmp.observations_not_compared))
         still = (f"; {len(cmp.still_failing)} promise check(s) fail in the baseline and the candidate alike"
                  if cmp.still_failing else "")
+        still += (f"; {len(cmp.state_still_failing)} MutableStateTests class(es) fail in the baseline and the candidate "
+                  "alike" if cmp.state_still_failing else "")
         accepted = sum(c.before.kind == "passed" for c in cmp.known_failures)  # listed by the team: no regression
-        held = (f"{cmp.checked - accepted} of the {cmp.checked} promise checks that passed in the baseline pass in the "
+        held = (f"{cmp.checked - accepted} of the {checked_text(cmp)} that passed in the baseline pass in the "
                 f"candidate; {accepted} fail as the known-failures file lists" if accepted else
-                f"all {cmp.checked} promise checks that passed in the baseline pass in the candidate")
+                f"all {checked_text(cmp)} that passed in the baseline pass in the candidate")
         out.append(f"PASS: {held}" + still + (f" ({warned} warning(s) above)" if warned else ""))
     return "\n".join(out)

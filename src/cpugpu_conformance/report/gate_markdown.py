@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from ..results import NOT_PROBED, CellResult, Change, Comparison, one_line
+from ..results import NOT_PROBED, CellResult, Change, Comparison, StateChange, one_line
 
 MAX_SHOWN = 50  # changes of one kind listed; the rest are counted
 REPRODUCER_LIMIT = 20_000  # characters of one reproducer
@@ -92,6 +92,35 @@ def _reproducers(changes: Iterable[Change]) -> list[str]:
     return out
 
 
+def _state_table(changes: Sequence[StateChange]) -> list[str]:
+    rows = ["| MutableStateTests class | baseline | candidate |", "|---|---|---|"]
+    rows += [f"| <code>{cell_text(c.cls, 200)}</code> | {cell_text(c.before)} | {cell_text(c.after)} |"
+             for c in changes[:MAX_SHOWN]]
+    if len(changes) > MAX_SHOWN:
+        rows.append(f"\n... and {len(changes) - MAX_SHOWN} more (the gate's log lists every one)")
+    return rows
+
+
+def _state_reproducers(changes: Iterable[StateChange]) -> list[str]:
+    """Each test of a class that did not pass in the candidate: where the walk found a tensor that
+    refuses an in-place update (its path and why), then its reproducer, folded."""
+    out: list[str] = []
+    for c in list(changes)[:MAX_SHOWN]:
+        for test in c.tests[:MAX_SHOWN]:
+            where = ", ".join(cell_text(test[k], 40) for k in ("device", "context") if test.get(k))
+            out += [f"<details><summary>Reproducer: mutable state of <code>{cell_text(c.cls, 200)}</code>"
+                    f"{f' ({where})' if where else ''}: <code>{cell_text(test.get('test'), 200)}</code></summary>", ""]
+            paths = [p for p in test.get("bad_paths") or [] if isinstance(p, dict)]
+            out += [f"- <code>{cell_text(p.get('path'), 200)}</code>: {cell_text(p.get('why'), 500)}"
+                    + (f" ({cell_text(p.get('phase'), 200)})" if p.get("phase") else "") for p in paths[:MAX_SHOWN]]
+            out += [f"- {cell_text(line, 500)}" for line in (test.get("caller_state_changes") or [])[:MAX_SHOWN]]
+            if not paths and not test.get("caller_state_changes"):
+                out.append(f"- {cell_text(test.get('why') or 'no reason given', 500)}")
+            reproducer = test.get("reproducer")
+            out += ["", code_block(str(reproducer)) if reproducer else "(no reproducer recorded)", "", "</details>"]
+    return out
+
+
 def _section(title: str, lines: list[str]) -> list[str]:
     return ["", f"#### {title}", "", *lines] if lines else []
 
@@ -113,17 +142,24 @@ def comparison_markdown(baseline: CellResult, candidate: CellResult, cmp: Compar
            f"**{cell_text(verdict, 600)}** (exit {code})", "",
            f"{_side('baseline', baseline)}, {_side('candidate', candidate)}; devices: "
            f"{cell_text(', '.join(cmp.devices), 100)}"]
-    out += _section("Regressions (passed in the baseline, not in the candidate)",
-                    _table(cmp.regressions) + [""] + _reproducers(cmp.regressions) if cmp.regressions else [])
+    if cmp.buffer_not_in_run:
+        out += ["", f"Not compared: {cell_text(cmp.buffer_not_in_run, 400)}."]
+    regressed = _table(cmp.regressions) + [""] + _reproducers(cmp.regressions) if cmp.regressions else []
+    if cmp.state_regressions:
+        regressed += [*([""] if regressed else []), *_state_table(cmp.state_regressions), "",
+                      *_state_reproducers(cmp.state_regressions)]
+    out += _section("Regressions (passed in the baseline, not in the candidate)", regressed)
     out += _section("Known failures (listed in your known-failures file: not regressions)",
                     _table(cmp.known_failures) + [""] + _reproducers(cmp.known_failures)
                     if cmp.known_failures else [])
     out += _section("Listed as known failures, but the candidate passes them: remove the entries",
                     _table(cmp.listed_but_passed, "listing") if cmp.listed_but_passed else [])
-    out += _section("Still failing (in the baseline too: not regressions)",
-                    _table(cmp.still_failing) if cmp.still_failing else [])
-    out += _folded("Fixed", [c.line() for c in cmp.fixed])
-    out += _folded("Not compared (waived in both cells)", [c.line() for c in cmp.not_compared])
+    still = _table(cmp.still_failing) if cmp.still_failing else []
+    if cmp.state_still_failing:
+        still += [*([""] if still else []), *_state_table(cmp.state_still_failing)]
+    out += _section("Still failing (in the baseline too: not regressions)", still)
+    out += _folded("Fixed", [c.line() for c in [*cmp.fixed, *cmp.state_fixed]])
+    out += _folded("Not compared (waived in both cells)", [c.line() for c in [*cmp.not_compared, *cmp.state_not_compared]])
     observed = [f"observed torch behaviour {probe}: {before if before is not None else NOT_PROBED} -> "
                 f"{after if after is not None else NOT_PROBED}" for probe, before, after in cmp.observation_changes]
     warnings = [*cmp.warnings, *(c.line() for c in cmp.recorded_changes), *observed,

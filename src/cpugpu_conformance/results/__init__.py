@@ -15,14 +15,17 @@ cpugpu_conformance import results`` and ``results.CellResult`` is the usual spel
 from __future__ import annotations
 
 from .compare import (
+    BUFFER_NOT_IN_RUN,
     MISSING,
     NOT_PROBED,
     Change,
     Comparison,
+    StateChange,
     diff,
     observation_changes,
     observation_key,
     observation_text,
+    state_verdicts,
     value_changes,
 )
 from .files import (
@@ -66,11 +69,11 @@ from .rule import NOT_ASKED_KINDS, VERDICT_KINDS, Answer, Outcome
 from .text import DETAIL_LIMIT, SHORT_LIMIT, TEXT_LIMIT, clean_text, first_line, last_line, one_line
 
 __all__ = [
-    "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "MISSING", "NOT_ASKED_KINDS", "NOT_PROBED",
+    "BUFFER_NOT_IN_RUN", "CELL_STATUSES", "DETAIL_LIMIT", "DEVICE_STATUSES", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "MISSING", "NOT_ASKED_KINDS", "NOT_PROBED",
     "NO_ACCELERATOR", "SCHEMA_ID", "SCHEMA_VERSION", "SHORT_LIMIT", "TEXT_LIMIT", "UNKNOWN_MACHINE", "VERDICTS",
-    "VERDICT_KINDS", "Answer", "CellResult", "Change", "Comparison", "NotOurFile", "NotRegularFile", "Outcome", "ResultFileError",
+    "VERDICT_KINDS", "Answer", "CellResult", "Change", "Comparison", "NotOurFile", "NotRegularFile", "Outcome", "ResultFileError", "StateChange",
     "ResultPathBusy", "check_result_path", "check_writable", "clean_text", "count_values", "diff", "exclusive", "fit", "first_line", "json_of", "last_line",
     "lock_path", "machine_kind", "now", "observation_changes", "observation_key",
     "observation_text", "one_line", "placeholder", "promise_order", "read_regular_file", "release_key", "schema",
-    "validate", "value_changes", "write_atomic", "write_json_atomic", "write_text_atomic",
+    "state_verdicts", "validate", "value_changes", "write_atomic", "write_json_atomic", "write_text_atomic",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..promises import PROMISES, RECORDED_ONLY, applies
 from .model import CellResult, promise_order
-from .rule import Outcome
+from .rule import NOT_ASKED_KINDS, Outcome
 from .text import one_line
 
 MISSING = object()  # one side of a comparison has no such entry
@@ -105,6 +105,27 @@ class Change:
         return f"promise {self.promise} ({self.title}) on {self.device}: {self.before.describe()} -> {self.after.describe()}"
 
 
+@dataclass(frozen=True)
+class StateChange:
+    """One MutableStateTests class (promises 3 and 12 for any object), compared: its verdict on each
+    side (passed, failed, untested, waived; ``absent``: not in that cell's run), and the candidate's
+    tests that did not pass (each with its bad paths and reproducer, as the result file has them)."""
+
+    cls: str
+    before: str
+    after: str
+    tests: tuple[dict[str, Any], ...] = ()
+    note: str | None = None  # why the candidate's verdict is what it is (its first test that did not pass)
+
+    def line(self) -> str:
+        return f"mutable state of {self.cls}: {self.before} -> {self.after}" + (f" ({self.note})" if self.note else "")
+
+
+# The buffer's promises, absent from a run of MutableStateTests classes alone: said once, never a gap.
+BUFFER_NOT_IN_RUN = ("the buffer promises were not part of the run: both cells hold only MutableStateTests classes "
+                     "(no buffer class under test), so their mutable state alone is compared")
+
+
 @dataclass
 class Comparison:
     """The difference between a baseline and a candidate cell.
@@ -128,14 +149,27 @@ class Comparison:
     # Why observations were not compared (the cells ran on different kinds of machine); None: they were.
     observations_not_compared: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # MutableStateTests classes (the result's mutable_state section), compared class by class.
+    state_checked: int = 0  # classes that passed in the baseline
+    state_regressions: list[StateChange] = field(default_factory=list)
+    state_fixed: list[StateChange] = field(default_factory=list)
+    state_still_failing: list[StateChange] = field(default_factory=list)
+    state_not_compared: list[StateChange] = field(default_factory=list)  # waived in both
+    state_changes: list[StateChange] = field(default_factory=list)  # every class whose verdict differs
+    # BUFFER_NOT_IN_RUN when neither cell tested a buffer class (MutableStateTests alone); None otherwise.
+    buffer_not_in_run: str | None = None
 
     @property
     def comparable(self) -> bool:
         return not self.unusable
 
+    @property
+    def regression_count(self) -> int:
+        return len(self.regressions) + len(self.state_regressions)
+
     def change_lines(self) -> list[str]:
         """Every difference in the answer, one line each: verdicts, then observed behaviour."""
-        lines = [c.line() for c in self.verdict_changes]
+        lines = [c.line() for c in self.verdict_changes] + [c.line() for c in self.state_changes]
         for probe, before, after in self.observation_changes:
             lines.append(f"observation {probe}: {before if before is not None else '(absent)'} -> "
                          f"{after if after is not None else '(absent)'}")
@@ -176,7 +210,11 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
     for side, cell in (("baseline", baseline), ("candidate", candidate)):
         cmp.warnings += [f"{side}: {w}" for w in cell.warnings]
 
-    numbers = promise_order(set(baseline.promise_numbers()) | set(candidate.promise_numbers()))
+    if not (_buffer_in_run(baseline, cmp.devices) or _buffer_in_run(candidate, cmp.devices)) \
+            and (baseline.get("mutable_state") or candidate.get("mutable_state")):
+        cmp.buffer_not_in_run = BUFFER_NOT_IN_RUN
+    numbers = [] if cmp.buffer_not_in_run else \
+        promise_order(set(baseline.promise_numbers()) | set(candidate.promise_numbers()))
     for promise in numbers:
         for device in cmp.devices:
             before, after = baseline.outcome(promise, device), candidate.outcome(promise, device)
@@ -218,9 +256,11 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
                 cmp.fixed.append(change)
             elif before.kind in ("failed", "known_failure"):
                 cmp.still_failing.append(change)
-    if not cmp.unusable and not cmp.checked:
+    _compare_states(cmp, baseline, candidate)
+    if not cmp.unusable and not cmp.checked and not cmp.state_checked:
         # Nothing passed in the baseline, so nothing could regress: "all 0 checks hold" proves nothing.
-        cmp.unusable.append(f"{_label('baseline', baseline)} passed no judged promise on {', '.join(cmp.devices)}: "
+        what = "MutableStateTests class" if cmp.buffer_not_in_run else "judged promise"
+        cmp.unusable.append(f"{_label('baseline', baseline)} passed no {what} on {', '.join(cmp.devices)}: "
                             "there is no pass for the candidate to keep")
     if baseline.machine == candidate.machine:
         cmp.observation_changes = observation_changes(baseline.observations, candidate.observations)
@@ -229,3 +269,83 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
             f"observed torch behaviour not compared: the cells ran on different kinds of machine "
             f"(baseline: {baseline.machine}; candidate: {candidate.machine}), and a machine is not a torch release")
     return cmp
+
+
+# ---------------------------------------------------------------------------- MutableStateTests classes
+
+
+def _buffer_in_run(cell: CellResult, devices: Iterable[str]) -> bool:
+    """Whether the cell was asked about any buffer promise on these devices (a run of MutableStateTests
+    classes alone writes every promise as not requested: no buffer class was under test)."""
+    return any(cell.outcome(p, d).kind not in NOT_ASKED_KINDS for p in cell.promise_numbers() for d in devices)
+
+
+_WORST = ("failed", "untested", "waived")
+
+
+def state_verdicts(cell: CellResult, devices: Iterable[str]) -> dict[str, tuple[str, tuple[dict[str, Any], ...]]]:
+    """class -> (its verdict on ``devices``, its tests there), from the result's mutable_state section.
+    A class passes only when every test of it there passed (the contract's own skips aside) and the
+    file's verdict for it says so too; a test with no device (never collected) counts everywhere."""
+    wanted = set(devices)
+    out: dict[str, tuple[str, tuple[dict[str, Any], ...]]] = {}
+    for cls, judged in (cell.get("mutable_state") or {}).items():
+        judged = judged if isinstance(judged, dict) else {}
+        every = [t for t in judged.get("tests") or [] if isinstance(t, dict)]
+        tests = tuple(t for t in every if t.get("device") is None or t.get("device") in wanted)
+        kinds = {t.get("verdict") for t in tests}
+        if len(tests) == len(every):  # nothing left out: the file's own verdict counts too
+            kinds.add(judged.get("verdict"))
+        verdict = next((k for k in _WORST if k in kinds), None) or ("passed" if "passed" in kinds else "untested")
+        out[str(cls)] = (verdict, tests)
+    return out
+
+
+def _state_note(verdict: str, tests: tuple[dict[str, Any], ...]) -> str | None:
+    first = next((t for t in tests if t.get("verdict") == verdict), None)
+    if first is None:
+        return None if verdict == "passed" else "no test of it ran here"
+    if verdict == "passed":
+        return None
+    more = sum(1 for t in tests if t.get("verdict") == verdict) - 1
+    return f"{first.get('test')}: {first.get('why') or 'no reason given'}" + (f" (+{more} more)" if more > 0 else "")
+
+
+def _compare_states(cmp: Comparison, baseline: CellResult, candidate: CellResult) -> None:
+    """Each MutableStateTests class, as the promises are compared: a regression is a class that passed
+    in the baseline and fails in the candidate; no verdict on either side (absent, untested, waived
+    on one side only) is a gap; waived in both is not compared."""
+    before_all = state_verdicts(baseline, cmp.devices)
+    after_all = state_verdicts(candidate, cmp.devices)
+    for cls in sorted(set(before_all) | set(after_all)):
+        before, _ = before_all.get(cls, ("absent", ()))
+        after, tests = after_all.get(cls, ("absent", ()))
+        failing = tuple(t for t in tests if t.get("verdict") == after) if after != "passed" else ()
+        change = StateChange(cls, before, after, failing, _state_note(after, tests))
+        if before != after:
+            cmp.state_changes.append(change)
+        if before == "absent":  # new in the candidate: no pass to keep; its own answer judges it
+            cmp.warnings.append(f"mutable state of {cls}: only in the candidate ({after}): nothing to compare it with; "
+                                "the candidate's own answer judges it")
+            continue
+        if before == after == "waived":
+            cmp.state_not_compared.append(change)
+            continue
+        gaps = [(side, cell, verdict, verdicts) for side, cell, verdict, verdicts in
+                (("baseline", baseline, before, before_all), ("candidate", candidate, after, after_all))
+                if verdict not in ("passed", "failed")]
+        if gaps:
+            for side, cell, verdict, verdicts in gaps:
+                why = "not in that cell's run" if verdict == "absent" else \
+                    f"{verdict} ({_state_note(verdict, verdicts[cls][1]) or 'no reason given'})"
+                cmp.unusable.append(f"{_label(side, cell)} has no verdict for the mutable state of {cls} on "
+                                    f"{', '.join(cmp.devices)}: {why}")
+            continue
+        if before == "passed":
+            cmp.state_checked += 1
+            if after == "failed":
+                cmp.state_regressions.append(change)
+        elif after == "passed":
+            cmp.state_fixed.append(change)
+        else:
+            cmp.state_still_failing.append(change)
