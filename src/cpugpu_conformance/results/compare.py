@@ -91,6 +91,28 @@ def observation_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     return changes
 
 
+def absent_entry(path: str, cell: CellResult) -> str | None:
+    """Why ``cell`` has no value for ``path`` when it is an entry of a table-valued probe that the
+    cell did run ("dtypes.bcomplex32" where its dtypes table has no bcomplex32): its torch has no such
+    entry, which is torch behaviour, not a missing probe. None when the probe itself is absent."""
+    for probe, obs in cell.observations.items():
+        if path.startswith(f"{probe}.") and _table(obs) is not None:
+            entry = path[len(probe) + 1:]
+            torch = one_line(cell.environment.get("torch") or cell.release, 80)
+            if probe == "dtypes":
+                return f"(no such dtype: torch {torch} has no {entry})"
+            return f"(no such entry: torch {torch}'s {probe} has no {entry})"
+    return None
+
+
+def _told(changes: list[tuple[str, str | None, str | None]], baseline: CellResult,
+          candidate: CellResult) -> list[tuple[str, str | None, str | None]]:
+    """The changes, with an entry absent from one side's table said as what it is (absent_entry); None
+    stays where the whole probe is absent (NOT_PROBED)."""
+    return [(path, before if before is not None else absent_entry(path, baseline),
+             after if after is not None else absent_entry(path, candidate)) for path, before, after in changes]
+
+
 @dataclass(frozen=True)
 class Change:
     """One promise on one device, compared."""
@@ -263,7 +285,8 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
         cmp.unusable.append(f"{_label('baseline', baseline)} passed no {what} on {', '.join(cmp.devices)}: "
                             "there is no pass for the candidate to keep")
     if baseline.machine == candidate.machine:
-        cmp.observation_changes = observation_changes(baseline.observations, candidate.observations)
+        cmp.observation_changes = _told(observation_changes(baseline.observations, candidate.observations),
+                                        baseline, candidate)
     elif baseline.observations or candidate.observations:
         cmp.observations_not_compared = (
             f"observed torch behaviour not compared: the cells ran on different kinds of machine "
