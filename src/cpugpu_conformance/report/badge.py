@@ -10,12 +10,15 @@ The message counts, per device, the releases that conform there out of those run
 colour never says more than the words: green only when every release conforms on every
 device of the contract, red when a check failed anywhere, yellow for everything between
 (something untested, a cell that did not complete, a known failure, a waived promise, or a
-device never run: nothing untested is a pass).
+device never run: nothing untested is a pass). A result file the report could not read (one
+release's upload cut short, say) is said in the message ("1 result file unreadable") and keeps the
+badge from green: the release it held is missing from the counts, and nothing says it conformed.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from .view import DeviceSummary
@@ -48,20 +51,30 @@ def device_text(summary: DeviceSummary) -> str:
     return f"{summary.device} {len(summary.conforming)}/{len(summary.releases)} conform"
 
 
-def colour(summaries: list[DeviceSummary]) -> str:
+def colour(summaries: list[DeviceSummary], unreadable: int = 0) -> str:
     answers = [answer for s in summaries for _, answer in s.rows]
     if any(answer.kind == "failed" for answer in answers):
         return RED
-    if answers and all(answer.conforms for answer in answers) and not any(s.never_run for s in summaries):
+    if answers and all(answer.conforms for answer in answers) and not any(s.never_run for s in summaries) \
+            and not unreadable:
         return GREEN
     return YELLOW
 
 
-def badge(summaries: list[DeviceSummary], span: tuple[str, str] | None) -> dict[str, Any]:
-    """The endpoint JSON for the matrix summarised by ``summaries`` (view.device_summaries)."""
+def unreadable_text(count: int) -> str:
+    return f"{count} result file{'' if count == 1 else 's'} unreadable"
+
+
+def badge(summaries: list[DeviceSummary], span: tuple[str, str] | None,
+          unreadable: Sequence[Any] = ()) -> dict[str, Any]:
+    """The endpoint JSON for the matrix summarised by ``summaries`` (view.device_summaries);
+    ``unreadable``: the result files the report left out (render.Collected.skipped)."""
+    parts = [device_text(s) for s in summaries]
+    if unreadable:
+        parts.append(unreadable_text(len(unreadable)))
     return {
         "schemaVersion": SCHEMA_VERSION,
         "label": label(span),
-        "message": " | ".join(device_text(s) for s in summaries),
-        "color": colour(summaries),
+        "message": " | ".join(parts),
+        "color": colour(summaries, len(unreadable)),
     }

@@ -453,7 +453,8 @@ def render(got: Collected) -> dict[str, bytes]:
         "compat.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
         "COMPAT.md": _environment(autoescape=False).get_template("COMPAT.md.j2").render(**page),
         "index.html": _environment(autoescape=True).get_template("index.html.j2").render(**page),
-        "badge.json": json.dumps(shields.badge(got.device_summaries, page["span"]), indent=2, ensure_ascii=False) + "\n",
+        "badge.json": json.dumps(shields.badge(got.device_summaries, page["span"], got.skipped), indent=2,
+                                 ensure_ascii=False) + "\n",
     }
     return {name: text.encode("utf-8", "backslashreplace") for name, text in texts.items()}
 
