@@ -5,8 +5,10 @@ repository made in a temporary folder. Also `cpugpu-conformance bump-target`, wh
 bump from a real git history, and `cell --impl` with a team's own tests.
 
 What the runs here exercise, and what they do not: every `run:` step is run as written
-(bump-target, both cells, the gate, the report, the final exit), except the install step (the
-package is imported from this checkout, as the install would make it). The `uses:` steps
+(bump-target, both cells, the gate, the report, the final exit). The install step runs once per
+module, as written but into a fresh virtual environment in place of the runner's Python (`--system`
+becomes `--python VENV`, setup-python's stand-in): a plain install, no checkout on any path, so the
+cells run the suite the package ships, in the team's repository. The `uses:` steps
 (setup-python, setup-uv, upload-artifact) are GitHub's: they are not run; the files the upload
 would take are checked to be there. No torch is installed: each cell runs with an interpreter
 that already has its torch (the baseline-python / candidate-python inputs). The torch here is
@@ -204,7 +206,46 @@ def condition(text: str | None, context: dict, failed: bool) -> bool:
     return bool(eval(expr, {"__builtins__": {}}, {}))  # noqa: S307 - our own action's conditions, checked above
 
 
-def run_action(tmp_path: Path, workspace: Path, inputs: dict[str, str], github: dict | None = None) -> ActionRun:
+INSTALL_STEP = next(s for s in STEPS if s.get("id") == "install")
+
+
+@pytest.fixture(scope="module")
+def installed_action(tmp_path_factory) -> Path:
+    """bin/ of the environment the install step made: the package from this checkout, not editable."""
+    from suite_runner import find_uv, suite_env
+
+    venv = tmp_path_factory.mktemp("runner-python") / "venv"
+    subprocess.run([find_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
+    script = INSTALL_STEP["run"]
+    assert script.count("--system") == 1, script
+    script = script.replace("--system", f"--python {venv / 'bin' / 'python'}")
+    env = dict(suite_env(), GITHUB_ACTION_PATH=str(REPO), PATH=f"{Path(find_uv()).parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    for offline in ("1", ""):  # uv's cache first (no network), then the index
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                              env=dict(env, UV_OFFLINE=offline), capture_output=True, text=True, timeout=600)
+        if proc.returncode == 0:
+            break
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return venv / "bin"
+
+
+def test_the_install_step_installs_the_package_as_a_wheel_would(installed_action):
+    """Not editable: the package and the suite it ships in the environment's site-packages, no path
+    back to this checkout (the cells then need none)."""
+    code = ("import json, cpugpu_conformance as p, importlib.metadata as m; "
+            "d = m.distribution('cpugpu-conformance'); print(json.dumps([p.__file__, d.read_text('direct_url.json')]))")
+    out = subprocess.run([str(installed_action / "python"), "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, cwd="/")
+    where, direct_url = json.loads(out.stdout)
+    package = Path(where).parent
+    assert package.is_relative_to(installed_action.parent) and (package / "suite" / "conftest.py").is_file(), where
+    assert not json.loads(direct_url or "{}").get("dir_info", {}).get("editable"), direct_url
+
+
+def run_action(tmp_path: Path, workspace: Path, inputs: dict[str, str], github: dict | None = None, *,
+               runner_bin: Path) -> ActionRun:
     temp = tmp_path / "runner-temp"
     temp.mkdir()
     summary = tmp_path / "step-summary.md"
@@ -214,11 +255,11 @@ def run_action(tmp_path: Path, workspace: Path, inputs: dict[str, str], github: 
     context: dict = {"github": {"workspace": str(workspace), "action_path": str(REPO), **(github or {})},
                      "runner": {"temp": str(temp)}, "steps": {}}
     context["inputs"] = {name: evaluate(str(value), context) for name, value in given.items()}
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "PYTEST_"))}
-    base.update(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", GITHUB_WORKSPACE=str(workspace),
-                GITHUB_ACTION_PATH=str(REPO), RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary),
-                # What the install step makes importable: this checkout's package (editable).
-                PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p))
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("GITHUB_", "RUNNER_", "PYTEST_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # The runner's Python, where the install step put the package (installed_action); uv beside it.
+    base.update(PATH=f"{runner_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}", GITHUB_WORKSPACE=str(workspace),
+                GITHUB_ACTION_PATH=str(REPO), RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary))
     run = ActionRun()
     for number, step in enumerate(STEPS):
         name = step.get("name") or step.get("uses", f"step {number}")
@@ -280,8 +321,9 @@ from cpugpu_conformance import results
 from cpugpu_conformance.results import known_failures
 
 args = sys.argv[1:]
-def value(flag):
-    return args[args.index(flag) + 1]
+def value(flag):  # --flag VALUE (a checkout's suite) or --flag=VALUE (an installed one)
+    joined = [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
+    return joined[-1] if joined else args[args.index(flag) + 1]
 fails = {fails!r}
 failures = {{(p, "cpu"): [rf.failure(f"conformance/test_contract.py::TestContract::test_{{p}}[cpu]",
                                      f"AssertionError: promise {{p}} broke", f"# reproducer of promise {{p}}\\nraise SystemExit(1)\\n")]
@@ -308,7 +350,8 @@ def fake_cell_python(where: Path, torch: str, fails: tuple[str, ...] = ()) -> Pa
     exe = where / "python"
     exe.write_text(textwrap.dedent(f"""\
         #!/bin/sh
-        if [ "$1" = "-c" ] && [ "$3" != "conformance" ]; then PYTHONPATH={site} exec {sys.executable} "$@"; fi
+        # The suite's run is `-c LAUNCHER conformance ...` (a checkout) or `-c LAUNCHER -c suite.ini ...` (installed).
+        if [ "$1" = "-c" ] && [ "$3" != "conformance" ] && [ "$3" != "-c" ]; then PYTHONPATH={site} exec {sys.executable} "$@"; fi
         shift 2
         exec {sys.executable} {script} "$@"
     """))
@@ -326,7 +369,7 @@ def known_failures_file(workspace: Path) -> str:
     return "known-failures.toml"
 
 
-def test_a_bots_pull_request_with_a_regression_fails_as_the_gate_does(tmp_path):
+def test_a_bots_pull_request_with_a_regression_fails_as_the_gate_does(tmp_path, installed_action):
     """The baseline is the torch installed here, run for real; the candidate (read from the change) is a
     fake 2.15.0 that breaks promise 2 (a regression) and promise 4 (a listed known failure)."""
     baseline = torch_release()
@@ -336,7 +379,7 @@ def test_a_bots_pull_request_with_a_regression_fails_as_the_gate_does(tmp_path):
         "impl": "cpugpu_conformance.reference:CpuGpuBuffer",
         "known-failures": known_failures_file(workspace),
         "baseline-python": sys.executable, "candidate-python": str(candidate_python),
-    }, github={"event": {"pull_request": {"base": {"sha": base}}}})
+    }, github={"event": {"pull_request": {"base": {"sha": base}}}}, runner_bin=installed_action)
 
     assert run.outputs["target"]["baseline"] == baseline and run.outputs["target"]["candidate"] == "2.15.0"
     for step in ("The torch bump and its two cells", "Baseline cell", "Candidate cell", "Gate",
@@ -352,6 +395,10 @@ def test_a_bots_pull_request_with_a_regression_fails_as_the_gate_does(tmp_path):
     real = json.loads((results_dir / f"torch-{baseline}-cpu.json").read_text())
     assert real["status"] == "completed" and real["environment"]["torch"].startswith(baseline)
     assert any(a.startswith("--known-failures=") and a.endswith("/team/known-failures.toml") for a in real["argv"])
+    # The suite the installed package ships (a copy of it), run in the team's repository: no checkout.
+    cell_log = (results_dir / f"torch-{baseline}-cpu.log").read_text()
+    assert "cpugpu_conformance/suite/suite.ini" in cell_log and f"{REPO}/conformance" not in cell_log, cell_log[:3000]
+    assert not (workspace / ".hypothesis").exists() and not (workspace / "results").exists()
     seen = json.loads((tmp_path / "candidate" / "args.jsonl").read_text().splitlines()[0])
     assert f"--known-failures={workspace / 'known-failures.toml'}" in seen
     assert "--impl=cpugpu_conformance.reference:CpuGpuBuffer" in seen
@@ -368,7 +415,7 @@ def test_a_bots_pull_request_with_a_regression_fails_as_the_gate_does(tmp_path):
             "torch-2.15.0-cpu.log", "matrix.yaml", "compat"} <= uploaded
 
 
-def test_a_candidate_that_fails_only_as_listed_passes(tmp_path):
+def test_a_candidate_that_fails_only_as_listed_passes(tmp_path, installed_action):
     workspace = tmp_path / "team"
     workspace.mkdir()
     run = run_action(tmp_path, workspace, {
@@ -376,7 +423,7 @@ def test_a_candidate_that_fails_only_as_listed_passes(tmp_path):
         "known-failures": known_failures_file(workspace),
         "baseline-python": str(fake_cell_python(tmp_path / "baseline", "2.14.1")),
         "candidate-python": str(fake_cell_python(tmp_path / "candidate", "2.15.0", fails=("4",))),
-    })
+    }, runner_bin=installed_action)
     assert run.outputs["gate"]["exit"] == "0", run.logs["Gate"]
     assert not run.failed and run.exit_code == 0
     assert run.summary.startswith("### cpugpu-conformance gate: PASS") and "#### Known failures" in run.summary
@@ -384,7 +431,7 @@ def test_a_candidate_that_fails_only_as_listed_passes(tmp_path):
     assert f"--impl={workspace / 'ours' / 'buffer.py'}:OurBuffer" in seen  # a file spec made absolute
 
 
-def test_a_bad_known_failures_file_stops_at_the_first_cell_and_never_passes(tmp_path):
+def test_a_bad_known_failures_file_stops_at_the_first_cell_and_never_passes(tmp_path, installed_action):
     workspace = tmp_path / "team"
     workspace.mkdir()
     (workspace / "kf.toml").write_text("[[known_failure]]\npromise = 5\n")
@@ -392,17 +439,17 @@ def test_a_bad_known_failures_file_stops_at_the_first_cell_and_never_passes(tmp_
         "impl": "x.py:X", "baseline": "2.14.1", "candidate": "2.15.0", "known-failures": "kf.toml",
         "baseline-python": str(fake_cell_python(tmp_path / "baseline", "2.14.1")),
         "candidate-python": str(fake_cell_python(tmp_path / "candidate", "2.15.0")),
-    })
+    }, runner_bin=installed_action)
     assert run.outcomes["Baseline cell"] == "failure" and run.codes["Baseline cell"] == 2
     assert "--known-failures kf.toml: [[known_failure]] 1: no reason" in run.logs["Baseline cell"]
     assert run.outcomes["Candidate cell"] == run.outcomes["Gate"] == "skipped"
     assert run.exit_code == 2 and run.summary == ""
 
 
-def test_no_candidate_and_no_bump_in_the_change_stops_before_any_cell(tmp_path):
+def test_no_candidate_and_no_bump_in_the_change_stops_before_any_cell(tmp_path, installed_action):
     workspace, base = team_repo(tmp_path / "team", "2.14.1", "2.14.1")
     run = run_action(tmp_path, workspace, {"impl": "x.py:X"},
-                     github={"event": {"pull_request": {"base": {"sha": base}}}})
+                     github={"event": {"pull_request": {"base": {"sha": base}}}}, runner_bin=installed_action)
     assert run.outcomes["The torch bump and its two cells"] == "failure"
     assert "no exact torch pin changed since" in run.logs["The torch bump and its two cells"]
     assert all(run.outcomes.get(s) == "skipped" for s in ("Baseline cell", "Candidate cell", "Gate",

@@ -444,7 +444,7 @@ def test_bisect_command_of_an_offline_matrix_lists_and_installs_offline(tmp_path
                  'torch: [{version: "2.13.0"}, {version: "2.15.0"}]\n')
     installs = []
 
-    def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None):
+    def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None, package=None):
         spec = CellSpec.from_matrix_cell(c, results_dir=results_dir, project_dir=project_dir)
         installs.append(installing.install_command(Path("python"), spec.release, index_url=spec.index_url,
                                               requirements_file=None, find_links=spec.find_links, offline=spec.offline))

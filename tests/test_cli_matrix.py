@@ -228,7 +228,7 @@ def test_bisect_runs_each_release_as_a_cell_with_the_pytest_arguments(tmp_path, 
     monkeypatch.setattr(bisect, "available_releases", lambda index_url=None: pytest.fail("offline, yet the index was asked"))
     calls = []
 
-    def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None):
+    def fake_cell(c, *, env_dir, python_version, results_dir, project_dir, pytest_args=(), name=None, package=None):
         calls.append((c.torch, env_dir.name, tuple(pytest_args)))
         failed = {("1", "cpu"): [rf.failure("t", "shape differs", None)]} if c.torch >= "98.5.0" else None
         return results.CellResult(rf.completed(c.torch, cell=c.name, failed=failed)).write(results_dir / f"{c.name}.json")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import common
-from cpugpu_conformance.cli.cell import run_matrix_cell
+from cpugpu_conformance.cli.cell import envs_folder, run_matrix_cell, source
 from cpugpu_conformance.runner import bisection as bisecting
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import processes
@@ -60,16 +60,16 @@ def run(args: argparse.Namespace) -> int:
         for label, version in (("GOOD", args.good), ("BAD", args.bad)):
             if not matrices.is_torch_version(version) or version == matrices.LATEST:
                 raise common.UsageError(f"{label} {version!r} is not a torch release like 2.13.0")
-        project = common.checkout()
+        project, package = source()
     except common.UsageError as exc:
         return common.error(PROG, str(exc))
-    envdir = args.envdir or project / ".nox"
+    envdir = args.envdir or envs_folder(project, package, matrix.python)
     results_dir = (args.results or common.default_results()) / "bisect"
 
     def run_release(version: str) -> Path:
         cell = matrix.cell_for_release(version, device)
         run_matrix_cell(cell, env_dir=envdir / f"bisect-torch-{version}", python_version=matrix.python,
-                        results_dir=results_dir, project_dir=project, pytest_args=pytest_args)
+                        results_dir=results_dir, project_dir=project, pytest_args=pytest_args, package=package)
         return results_dir / f"{cell.name}.json"
 
     try:

@@ -18,21 +18,33 @@ plugin, and writes the same result file. ``--known-failures``: the team's file
 ``--python``: an interpreter that already has the release's torch; nothing is installed, and
 the cell still checks it is that release (a machine without network; the composite action's
 ``baseline-python`` and ``candidate-python``).
+
+No checkout is needed (runner/source.py): from an installed package (a wheel, a git install) the
+cell runs the suite the package ships, in the current folder, and makes its environment in a
+cache folder (``~/.cache/cpugpu-conformance/envs/python<X.Y>/<cell>``) unless ``--env`` names
+one; from a checkout, its conformance/, with environments in its .nox/ when run inside it. With
+no matrix.yaml (no ``--matrix``, no $CONFORMANCE_MATRIX, none in the current folder) the cell is
+the release on the device asked for, paired as bisect pairs a release no matrix lists, with this
+Python (matrix.for_release).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import common
+from cpugpu_conformance.output import say
 from cpugpu_conformance.results import known_failures
 from cpugpu_conformance.runner import cell as cells
 from cpugpu_conformance.runner import matrix as matrices
 from cpugpu_conformance.runner import processes
 from cpugpu_conformance.runner.cell_spec import CellSpec
+from cpugpu_conformance.runner.source import InstalledPackage, NoSuite, default_envdir, this_package
 
 PROG = "cell"
 HELP = "install one matrix cell's torch in its own environment and run the suite there (what nox -t torch-X does)"
@@ -48,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the cell; a listed promise that passes fails it")
     parser.add_argument("--python", action=common.PathArgument, metavar="PATH",
                         help="an interpreter that already has this torch: install nothing (instead of --env)")
-    common.add_cell_options(parser, env=("--env", "the cell's environment, made when missing (default: .nox/<cell> in the checkout)"),
+    common.add_cell_options(parser, env=("--env", "the cell's environment, made when missing (default: .nox/<cell> inside "
+                                                  "a checkout, else ~/.cache/cpugpu-conformance/envs/python<X.Y>/<cell>)"),
                             epilog="Arguments after -- go to pytest (--promise 1, --impl pkg.mod:Cls, -k EXPR).")
 
 
@@ -68,14 +81,15 @@ def matrix_cell(matrix: matrices.Matrix, torch: str, device: str | None) -> matr
 
 def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version: str, results_dir: Path, project_dir: Path,
                     pytest_args: Sequence[str] = (), name: str | None = None, tests: str | None = None,
-                    python: Path | None = None) -> results.CellResult:
+                    python: Path | None = None, package: InstalledPackage | None = None) -> results.CellResult:
     """Make (or reuse) the environment, then install and run the cell (with ``python``: run it with
     that interpreter's torch, installing nothing). ``tests``: a team's own tests, run in the current
-    folder. Raises results.ResultPathBusy when another run holds its result path,
-    processes.CellInterrupted after recording a signal."""
+    folder. ``package``: the installed package whose suite runs (project_dir: the folder it runs in),
+    in place of the checkout at project_dir. Raises results.ResultPathBusy when another run holds its
+    result path, processes.CellInterrupted after recording a signal."""
     spec = CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
                                      pytest_args=pytest_args, name=name, tests=tests,
-                                     workdir=Path.cwd() if tests else None)
+                                     workdir=Path.cwd() if tests else None, package=package)
     if python is not None:
         return cells.run_cell(spec, python)
     return cells.create_env_and_run(spec, Path(env_dir), python_version)
@@ -125,6 +139,40 @@ def what_to_run(impl: str | None, known: Path | None, pytest_args: Sequence[str]
     return tests, args
 
 
+def source() -> tuple[Path, InstalledPackage | None]:
+    """Where the cells' suite comes from (runner/source.py): (the checkout, None), or (the current
+    folder, the installed package). UsageError when it is neither."""
+    try:
+        found = this_package()
+    except NoSuite as exc:
+        raise common.UsageError(str(exc)) from None
+    return (found, None) if isinstance(found, Path) else (Path.cwd(), found)
+
+
+def envs_folder(project: Path, package: InstalledPackage | None, python_version: str) -> Path:
+    """The folder of the cells' environments when none is named (source.default_envdir)."""
+    return default_envdir(package or project, python_version)
+
+
+def load_matrix_or_release(path: Path | None, torch: str, device: str | None) -> matrices.Matrix:
+    """The matrix (--matrix, $CONFORMANCE_MATRIX, ./matrix.yaml); where there is none, the one
+    release on the device asked for, with this Python (matrix.for_release), said in one line."""
+    if path is not None or os.environ.get("CONFORMANCE_MATRIX") or os.path.lexists(matrices.DEFAULT_PATH):
+        return common.load_matrix(path)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    try:
+        matrix = matrices.for_release(torch, device or "cpu", python, path=Path.cwd() / matrices.DEFAULT_PATH)
+    except matrices.MatrixError as exc:
+        raise common.UsageError("\n".join(exc.lines)) from None
+    [release] = matrix.releases
+    pairing = f"numpy{release.numpy}" if release.numpy else "the newest numpy"
+    extra = f", {', '.join(release.extra_packages)}" if release.extra_packages else ""
+    say(f"cell: no matrix.yaml here (nor --matrix): torch {torch} on {matrix.devices[0].name} with {pairing}{extra}, "
+        f"Python {python}, the {matrix.hypothesis_profile} profile, from PyPI; a matrix.yaml chooses otherwise "
+        "(cpugpu-conformance bump-target --matrix-out)")
+    return matrix
+
+
 def main(argv: Sequence[str]) -> int:
     args = common.parse(common.parser_for(PROG, HELP, add_arguments), argv)
     return args if isinstance(args, int) else run(args)
@@ -141,13 +189,16 @@ def run(args: argparse.Namespace) -> int:
                 raise common.UsageError("--python and --env: the cell runs in one environment; give one of them")
             tests, pytest_args = what_to_run(args.impl, args.known_failures, pytest_args)
             results_dir = common.results_folder(args.results)
-            matrix = common.load_matrix(args.matrix)
+            matrix = load_matrix_or_release(args.matrix, args.torch, args.device)
             cell = matrix_cell(matrix, args.torch, args.device)
-            project = common.checkout()
-            result = run_matrix_cell(cell, env_dir=args.env or project / ".nox" / cell.name,
-                                     python_version=matrix.python, results_dir=results_dir,
-                                     project_dir=project, pytest_args=pytest_args, tests=tests,
-                                     python=args.python.absolute() if args.python else None)
+            project, package = source()
+            env_dir = args.env
+            if env_dir is None and args.python is None:
+                env_dir = envs_folder(project, package, matrix.python) / cell.name
+                say(f"cell {cell.name}: environment {env_dir} (made when missing; --env DIR to choose)")
+            result = run_matrix_cell(cell, env_dir=env_dir or Path(), python_version=matrix.python,
+                                     results_dir=results_dir, project_dir=project, pytest_args=pytest_args, tests=tests,
+                                     python=args.python.absolute() if args.python else None, package=package)
     except common.UsageError as exc:
         return common.error(PROG, str(exc))
     except results.ResultPathBusy as exc:  # another run holds it, or the cell cannot write there

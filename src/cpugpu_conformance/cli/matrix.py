@@ -2,7 +2,8 @@
 matrix, N cells at a time.
 
 Each cell is ``cpugpu-conformance cell`` in a process of its own, with its own environment
-(<envdir>/<cell>, default .nox/ in the common.checkout: the ones ``cell`` makes and reuses) and its
+(<envdir>/<cell>; by default .nox/ of the checkout when run inside it, else the cache folder
+``cell`` uses: source.default_envdir, the ones ``cell`` makes and reuses) and its
 own result file and log (results/<cell>.json and .log). The output is one line when a cell
 starts (with its log) and one when it ends (its answer); ``--stream`` adds every line of
 every cell, prefixed by the cell's name. SIGINT, SIGTERM or SIGHUP (the terminal closed)
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from cpugpu_conformance import output, results
 from cpugpu_conformance.cli import common
-from cpugpu_conformance.cli.cell import what_to_run
+from cpugpu_conformance.cli.cell import envs_folder, source, what_to_run
 from cpugpu_conformance.exits import ExitCode
 from cpugpu_conformance.report import summary
 from cpugpu_conformance.runner import matrix as matrices
@@ -46,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--known-failures", action=common.PathArgument, metavar="FILE",
                         help="your known failures (TOML [[known_failure]] entries), for every cell")
     common.add_cell_options(parser, device=False,
-                            env=("--envdir", "folder of the cells' environments, one per cell (default: .nox in the checkout)"),
+                            env=("--envdir", "folder of the cells' environments, one per cell (default: .nox inside a "
+                                                 "checkout, else ~/.cache/cpugpu-conformance/envs/python<X.Y>)"),
                             epilog="Arguments after -- go to pytest in every cell (--promise 1,2).")
 
 
@@ -65,9 +67,13 @@ def cell_job(matrix: matrices.Matrix, cell: matrices.MatrixCell, *, envdir: Path
     return parallel.Job(cell.name, command, log=results_dir / f"{cell.name}.log")
 
 
-def child_env() -> dict[str, str]:
-    """This package importable in every cell process (nox imports it from src/ without installing it),
-    and output passed on as it is printed."""
+def child_env(from_checkout: bool = True) -> dict[str, str]:
+    """This package importable in every cell process (nox imports it from a checkout's src/ without
+    installing it), and output passed on as it is printed. An installed package is importable by
+    the interpreter already; its folder (site-packages, with this environment's torch) never goes
+    on a cell's PYTHONPATH."""
+    if not from_checkout:
+        return dict(os.environ, PYTHONUNBUFFERED="1")
     path = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
 
@@ -81,26 +87,31 @@ def run(args: argparse.Namespace) -> int:
         if args.known_failures is not None:  # once, here: not a refusal per cell
             what_to_run(None, args.known_failures, pytest_args)
         results_dir = common.results_folder(args.results).resolve()
+        if args.matrix is None and not os.environ.get("CONFORMANCE_MATRIX") and not os.path.lexists(matrices.DEFAULT_PATH):
+            raise common.UsageError(
+                f"no {matrices.DEFAULT_PATH} in {Path.cwd()} (nor --matrix, $CONFORMANCE_MATRIX): the matrix runs the "
+                "releases one lists; make one with `cpugpu-conformance bump-target --baseline A --candidate B "
+                "--matrix-out matrix.yaml`, or run one release with `cpugpu-conformance cell RELEASE`")
         matrix = common.load_matrix(args.matrix)
         try:
             chosen = matrix.select(args.select)
         except KeyError as exc:
             raise common.UsageError(exc.args[0]) from None
-        project = common.checkout()
+        project, package = source()
     except common.UsageError as exc:
         return common.error(PROG, str(exc))
-    envdir = (args.envdir or project / ".nox").resolve()
+    envdir = (args.envdir or envs_folder(project, package, matrix.python)).resolve()
     jobs = [cell_job(matrix, c, envdir=envdir, results_dir=results_dir, pytest_args=pytest_args,
                      known_failures=args.known_failures) for c in chosen]
     output.say(f"matrix: {len(jobs)} cell(s), {min(args.jobs, len(jobs))} at a time; environments in {envdir}")
-    return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project)
+    return run_cells(jobs, args.jobs, results_dir, stream=args.stream, cwd=project, from_checkout=package is None)
 
 
 def run_cells(jobs: list[parallel.Job], max_jobs: int, results_dir: Path, *, stream: bool = False,
-              cwd: Path | None = None) -> int:
+              cwd: Path | None = None, from_checkout: bool = True) -> int:
     """Run the cells' commands side by side, then the summary table; the exit code of the whole run."""
     progress = Progress(results_dir, jobs)
-    outcome = parallel.run_jobs(jobs, max_jobs, stream=stream, cwd=cwd, env=child_env(),
+    outcome = parallel.run_jobs(jobs, max_jobs, stream=stream, cwd=cwd, env=child_env(from_checkout),
                                 on_start=progress.started, on_finish=progress.finished)
     if outcome.signum is not None:
         progress.record_interrupted(outcome.signum)

@@ -12,6 +12,7 @@ from cpugpu_conformance.exits import FINISHED, MEANINGS, SuiteExit
 from cpugpu_conformance.runner.cell_spec import CellRun, CellSpec
 from cpugpu_conformance.runner.install import base_version
 from cpugpu_conformance.runner.processes import SuiteRun, log_tail, signal_name
+from cpugpu_conformance.runner.source import SUITE_INI
 
 # `python -m pytest ARGS`, minus the interpreter's teardown: tearing down an interpreter with torch
 # loaded takes about a second after pytest has written the cell's result. The suite's recorder
@@ -55,8 +56,18 @@ def with_tail(headline: str, tail: list[str]) -> str:
     return headline + ("; last lines of the log:\n" + "\n".join(tail) if tail else "; the log is empty")
 
 
-def suite_command(spec: CellSpec, python: Path | str) -> list[str]:
-    """The cell's pytest run of conformance/, writing to the staging path, with what the cell sets."""
+def suite_command(spec: CellSpec, python: Path | str, suite: Path | None = None) -> list[str]:
+    """The cell's pytest run of conformance/ (in the checkout), or of the installed suite at ``suite``
+    (a copy of the package's, source.InstalledPackage.copy), writing to the staging path, with what
+    the cell sets."""
+    if suite is not None:
+        # As `cpugpu-conformance run` runs it: the suite's own ini, rootdir and confcutdir, so nothing in the
+        # folder it runs in (the user's) is read; its options joined to their values, never read as paths.
+        cmd = [str(python), "-c", SUITE_LAUNCHER, "-c", str(suite / SUITE_INI), "--rootdir", str(suite),
+               "--confcutdir", str(suite), "-p", "no:cacheprovider", str(suite),
+               f"--cell-result={spec.staging_path.resolve()}", f"--cell-name={spec.name}",
+               f"--hypothesis-profile={spec.hypothesis_profile}"]
+        return cmd + ([f"--device={spec.device}"] if spec.device else []) + list(spec.pytest_args)
     cmd = [str(python), "-c", SUITE_LAUNCHER, "conformance", "--cell-result", str(spec.staging_path.resolve()),
            "--cell-name", spec.name, "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]
     if spec.device:

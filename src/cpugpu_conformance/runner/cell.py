@@ -26,6 +26,7 @@ groups processes.py; the suite's command and how its ending becomes the answer a
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -176,7 +177,8 @@ def _install_check_and_test(run: CellRun, python: Path, env_dir: Path | None) ->
         _note(spec.log_path, f"cell: torch {release.asked} is {release.version}, the newest final release "
                              f"{_where_from(run.spec)}")
     done = install(python, release, index_url=spec.index_url, find_links=spec.find_links, offline=spec.offline,
-                   project=spec.project_dir, log_path=spec.log_path)
+                   project=None if spec.package else spec.project_dir,
+                   also=spec.package.requirements() if spec.package else (), log_path=spec.log_path)
     if not done.ok:
         return run.fault("not_installed", done.error())
     return _check_and_test(run, python, env_dir)
@@ -214,19 +216,38 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
         if problem:
             return run.fault("wrong_torch", problem)
     spec.remove_staging()  # a killed run's leftovers are not this run's result
-    suite = run_suite(test_command(spec, python), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
-                      cwd=spec.workdir or spec.project_dir, interrupts=run.interrupts)
-    return cell_answer(run, suite)
+    with suite_files(spec) as (suite, env):
+        suite_run = run_suite(test_command(spec, python, suite), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
+                              cwd=spec.workdir or spec.project_dir, env=env, interrupts=run.interrupts)
+    return cell_answer(run, suite_run)
+
+
+@contextlib.contextmanager
+def suite_files(spec: CellSpec) -> Iterator[tuple[Path | None, dict[str, str] | None]]:
+    """Where the suite is, and the test process's environment: from a checkout, (None, None): its
+    conformance/, this environment as it is. From an installed package, a copy of it first on
+    PYTHONPATH (source.InstalledPackage.copy) and the copy's suite, for the length of the block."""
+    if spec.package is None:
+        yield None, None
+        return
+    with spec.package.copy() as top:
+        path = os.pathsep.join(p for p in (str(top), os.environ.get("PYTHONPATH", "")) if p)
+        # Hypothesis keeps its example database in the current folder (.hypothesis/), the user's own here:
+        # it lives and dies with the run, as for `cpugpu-conformance run`.
+        storage = os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or str(top / "hypothesis")
+        yield top / spec.package.folder.name / "suite", dict(os.environ, PYTHONPATH=path,
+                                                               HYPOTHESIS_STORAGE_DIRECTORY=storage)
 
 
 LIBRARY_PLUGIN = "cpugpu_conformance.testing.plugin"
 
 
-def test_command(spec: CellSpec, python: Path | str) -> list[str]:
-    """The shipped suite (answer.suite_command), or a team's own tests with the library's plugin and
-    its options: the same result file, written to the staging path, under the cell's name."""
+def test_command(spec: CellSpec, python: Path | str, suite: Path | None = None) -> list[str]:
+    """The shipped suite (answer.suite_command; ``suite``: an installed one's folder), or a team's own
+    tests with the library's plugin and its options: the same result file, written to the staging
+    path, under the cell's name."""
     if spec.tests is None:
-        return suite_command(spec, python)
+        return suite_command(spec, python, suite)
     cmd = [str(python), "-c", SUITE_LAUNCHER, spec.tests, "-p", LIBRARY_PLUGIN,
            "--cpugpu-cell-result", str(spec.staging_path.resolve()), "--cpugpu-cell-name", spec.name,
            "--hypothesis-profile", spec.hypothesis_profile, "-p", "no:cacheprovider"]

@@ -15,6 +15,7 @@ from cpugpu_conformance import results
 from cpugpu_conformance.output import say
 from cpugpu_conformance.runner.matrix_model import MatrixCell, Release
 from cpugpu_conformance.runner.processes import Interrupts
+from cpugpu_conformance.runner.source import InstalledPackage
 
 LIBRARY_PROFILE_PREFIX = "cpugpu-"  # testing/plugin.py's PROFILE_PREFIX (the runner imports no pytest plugin)
 
@@ -29,6 +30,8 @@ class CellSpec:
     hypothesis_profile: str
     time_limit_s: float
     results_dir: Path
+    # The checkout the cell installs (editable) and whose conformance/ it runs there; with ``package``,
+    # the folder the suite runs in (the user's own).
     project_dir: Path
     index_url: str | None = None
     pytest_args: tuple[str, ...] = ()
@@ -38,19 +41,23 @@ class CellSpec:
     # run in ``workdir`` (their checkout); None: the shipped suite, in project_dir.
     tests: str | None = None
     workdir: Path | None = None
+    # An installed package (a wheel, a git install) in place of a checkout: the cell installs its
+    # requirements and runs the suite from a copy of it (source.py).
+    package: InstalledPackage | None = None
 
     @classmethod
     def from_matrix_cell(cls, cell: MatrixCell, *, results_dir: Path, project_dir: Path, pytest_args: Sequence[str] = (),
-                         name: str | None = None, tests: str | None = None, workdir: Path | None = None) -> CellSpec:
+                         name: str | None = None, tests: str | None = None, workdir: Path | None = None,
+                         package: InstalledPackage | None = None) -> CellSpec:
         """The run of a matrix cell: its release, device, time limit, profile and where its torch comes
         from; with ``tests``, a team's own tests run by their pytest in ``workdir`` (the library's
-        profiles are the matrix's, prefixed: cpugpu-ci)."""
+        profiles are the matrix's, prefixed: cpugpu-ci); with ``package``, the installed package's suite."""
         profile = f"{LIBRARY_PROFILE_PREFIX}{cell.hypothesis_profile}" if tests else cell.hypothesis_profile
         return cls(name=name or cell.name, release=cell.release, device=cell.device.name,
                    hypothesis_profile=profile, time_limit_s=cell.time_limit_s,
                    results_dir=Path(results_dir).resolve(), project_dir=Path(project_dir), index_url=cell.index_url,
                    pytest_args=tuple(pytest_args), find_links=cell.find_links, offline=cell.offline,
-                   tests=tests, workdir=Path(workdir).resolve() if workdir else None)
+                   tests=tests, workdir=Path(workdir).resolve() if workdir else None, package=package)
 
     @classmethod
     def for_installed_torch(cls, torch_version: str, *, name: str, device: str | None, hypothesis_profile: str,

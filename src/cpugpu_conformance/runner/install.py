@@ -104,7 +104,7 @@ class Install:
 
 
 def install_command(python: Path, release: Release, *, index_url: str | None, requirements_file: Path | None,
-                    find_links: str | None = None, offline: bool = False) -> list[str]:
+                    find_links: str | None = None, offline: bool = False, also: Sequence[str] = ()) -> list[str]:
     """One resolver run for torch, its NumPy, the extras and (from a requirements file) the project.
 
     The project does not depend on torch or numpy, so adding it cannot move them. uv
@@ -115,13 +115,14 @@ def install_command(python: Path, release: Release, *, index_url: str | None, re
     A find-links folder is searched too; offline, nothing but it and uv's cache is.
     A pre-release torch comes with ``--prerelease explicit``: allowed for torch, pinned to
     one, whatever UV_PRERELEASE says, while NumPy and the rest stay on final releases
-    (``allow`` would take a NumPy release candidate too).
+    (``allow`` would take a NumPy release candidate too). ``also``: more requirements (an installed
+    package's own, source.InstalledPackage.requirements).
     """
     if release.is_latest:
         raise ValueError("torch latest must be resolved to a release before it is installed (resolve_latest)")
     uv = find_uv()
     cmd = [uv, "pip", "install", "--python", str(python)] if uv else [str(python), "-m", "pip", "install"]
-    cmd += release.requirements()
+    cmd += [*release.requirements(), *also]
     if requirements_file:
         cmd += ["-r", str(requirements_file)]
     if index_url:
@@ -136,16 +137,17 @@ def install_command(python: Path, release: Release, *, index_url: str | None, re
 
 
 def install(python: Path, release: Release, *, index_url: str | None = None, find_links: str | None = None,
-            offline: bool = False, project: Path | None = None, log_path: Path | None = None,
-            heartbeat_s: float = HEARTBEAT_S) -> Install:
-    """Install a release (and the project, editable) into the environment of ``python``; never raises."""
+            offline: bool = False, project: Path | None = None, also: Sequence[str] = (),
+            log_path: Path | None = None, heartbeat_s: float = HEARTBEAT_S) -> Install:
+    """Install a release (the checkout ``project``, editable, and the requirements ``also``) into the
+    environment of ``python``; never raises."""
     with tempfile.TemporaryDirectory(prefix="cell-install-") as tmp:
         requirements_file = None
         if project:
             requirements_file = Path(tmp) / "project.txt"
             requirements_file.write_text(f"-e {Path(project).resolve()}\n", encoding="utf-8")
         cmd = install_command(python, release, index_url=index_url, requirements_file=requirements_file,
-                              find_links=find_links, offline=offline)
+                              find_links=find_links, offline=offline, also=also)
         return run_installer(cmd, log_path=log_path, heartbeat_s=heartbeat_s)
 
 

@@ -36,7 +36,7 @@ from .matrix_model import (
 
 __all__ = [
     "DEFAULT_PATH", "LATEST", "SCHEMA", "Matrix", "MatrixCell", "MatrixError", "Release", "RunnerDevice", "cell_name",
-    "default_release", "is_torch_version", "load", "release_numbers", "same_version",
+    "default_release", "for_release", "is_torch_version", "load", "release_numbers", "same_version",
 ]
 
 DEFAULT_PATH = Path("matrix.yaml")
@@ -158,6 +158,28 @@ def load(path: str | Path = DEFAULT_PATH) -> Matrix:
     if problems:
         raise MatrixError(problems, path)
     return _build(path, data)
+
+
+NO_MATRIX_TIME_LIMIT_S = 1800.0  # bump-target's default: a cell on a machine nobody sized
+
+
+def for_release(version: str, device: str, python: str, *, path: Path = DEFAULT_PATH) -> Matrix:
+    """The matrix of one release on one device, paired as bisect and bump-target pair a release no
+    matrix lists (matrix_model.default_release), the ci profile, PyPI, a 30-minute limit: what
+    ``cell RELEASE`` runs where there is no matrix.yaml. MatrixError (one line) for a version that
+    is no torch release or a device the matrix format does not know."""
+    problems = []
+    if version != LATEST and not (is_torch_version(version) and str(Version(version)) == version):
+        problems.append(f"torch {version!r}: not a torch release like 2.13.0 (or latest)")
+    if device not in SCHEMA["properties"]["devices"]["properties"]:
+        known = ", ".join(SCHEMA["properties"]["devices"]["properties"])
+        problems.append(f"--device {device!r}: not a device a cell tests ({known})")
+    if problems:
+        raise MatrixError(problems, path)
+    release = Release(LATEST) if version == LATEST else default_release(version)
+    return Matrix(path=path, python=python, devices=(RunnerDevice(device, "this machine"),), hypothesis_profile="ci",
+                  time_limit_s=NO_MATRIX_TIME_LIMIT_S, index_url=None, baseline=version, candidates=(),
+                  releases=(release,))
 
 
 def _semantic_problems(data: dict[str, Any]) -> list[str]:
