@@ -343,6 +343,64 @@ def test_at_1400_px_the_answer_and_the_newest_release_are_in_sight(source: str, 
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 
+# --- on a phone: the answer fits any width from 360 px (issue 31, item 7) ---------------------
+# Headless Chromium will not make a window narrower than 500 px, so the page is measured in an
+# iframe of the phone's width: its own viewport, as on a phone (the page's meta viewport is
+# width=device-width), and its media queries answer to that width.
+
+NARROW = """
+const frame = document.getElementById('frame');
+frame.addEventListener('load', () => {
+  const w = frame.contentWindow, d = frame.contentDocument;
+  const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  // what sticks out of the viewport, outside the boxes that scroll on purpose (.scroll, pre)
+  const out = Array.from(d.body.querySelectorAll('*'))
+    .filter(e => e.getBoundingClientRect().right > w.innerWidth + 0.5
+                 && !(e.parentElement && e.parentElement.closest('.scroll, pre')))
+    .slice(0, 10).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + ' ' + e.getBoundingClientRect().right);
+  document.getElementById('probe').textContent = JSON.stringify({
+    width: w.innerWidth, page_width: d.documentElement.scrollWidth, sticking_out: out,
+    answer: box(d.getElementById('answer')), table: box(d.getElementById('answer-table')),
+    cells: Array.from(d.querySelectorAll('#answer-table th, #answer-table td')).map(box),
+    not_conforming: box(Array.from(d.querySelectorAll('#answer-table thead th')).pop()),
+  });
+});
+"""
+
+
+def in_a_frame(tmp_path: Path, html: str, width: int, script: str) -> Any:
+    import html as markup
+
+    page = tmp_path / f"frame-{width}.html"
+    page.write_text(f'<!DOCTYPE html><html><body style="margin:0"><iframe id="frame" style="border:0;width:{width}px;'
+                    f'height:844px" srcdoc="{markup.escape(html, quote=True)}"></iframe><pre id="probe"></pre>'
+                    f'<script>{script}</script></body></html>', encoding="utf-8")
+    dom = chromium(tmp_path, page, "--dump-dom")
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert found and found.group(1), dom[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
+
+
+def inside(inner: list[float], outer: list[float]) -> bool:
+    return inner[0] >= outer[0] - 0.5 and inner[2] <= outer[2] + 0.5
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [360, 390, 1400])
+@pytest.mark.parametrize("source", ["committed", "every kind"])
+def test_the_answer_fits_a_phone_and_the_page_never_scrolls_sideways(source: str, width: int, page_dir: Path,
+                                                                      tmp_path: Path):
+    html = ((COMPAT if source == "committed" else page_dir) / "index.html").read_text(encoding="utf-8")
+    found = in_a_frame(tmp_path, html, width, NARROW)
+    assert found["width"] == width, found
+    assert found["page_width"] <= width, found  # no sideways scrolling of the page
+    assert found["sticking_out"] == [], found
+    assert inside(found["table"], found["answer"]) and found["answer"][2] <= width, found  # the table in its box
+    assert all(inside(cell, found["table"]) for cell in found["cells"]), found
+    assert found["not_conforming"][2] <= width, found  # "Releases that do not conform", in sight
+
+
 # --- marks.py stands below view.py: no import circle in the report ----------------------------
 
 REPORT = ROOT / "src" / "cpugpu_conformance" / "report"
