@@ -5,8 +5,8 @@ tensor is an inference tensor and the serving loop's in-place update outside inf
 raises "Inplace update to inference tensor outside InferenceMode is not allowed"; each fixed
 class allocates under ``torch.inference_mode(False)``, the engines' fix. ``BAD_PATH`` of each
 broken class is where the walk must find it when the object is built and warmed up plainly.
-Every class takes the device it allocates on, and passes it explicitly (the default-device
-contexts must not move it).
+Every class takes the device it allocates on, and passes it and the dtype explicitly (the
+default device and dtype contexts must not move a tensor: placement).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ class LazyWorkspace:
         self.workspace.zero_()  # outside inference mode: the seed's RuntimeError for an inference tensor
 
     def _allocate(self):
-        return torch.zeros(self.size, device=self.device)
+        return torch.zeros(self.size, dtype=torch.float32, device=self.device)
 
 
 class FixedLazyWorkspace(LazyWorkspace):
     def _allocate(self):
         with torch.inference_mode(False):
-            return torch.zeros(self.size, device=self.device)
+            return torch.zeros(self.size, dtype=torch.float32, device=self.device)
 
 
 class RequestTables:
@@ -61,7 +61,7 @@ class RequestTables:
 
     @torch.inference_mode()
     def set_prompt_table(self, name, rows):
-        self.tables[name] = [torch.zeros(rows, 4, device=self.device),
+        self.tables[name] = [torch.zeros(rows, 4, dtype=torch.float32, device=self.device),
                              torch.zeros(rows, dtype=torch.int64, device=self.device)]
 
     def warm_up(self):
@@ -72,7 +72,7 @@ class FixedRequestTables(RequestTables):
     @torch.inference_mode()
     def set_prompt_table(self, name, rows):
         with torch.inference_mode(False):
-            self.tables[name] = [torch.zeros(rows, 4, device=self.device),
+            self.tables[name] = [torch.zeros(rows, 4, dtype=torch.float32, device=self.device),
                                  torch.zeros(rows, dtype=torch.int64, device=self.device)]
 
 
@@ -82,11 +82,12 @@ class Rotary(nn.Module):
     def __init__(self, dim, device):
         super().__init__()
         self.dim, self.device = dim, device
-        self.register_buffer("inv_freq", torch.ones(dim, device=device), persistent=False)
+        self.register_buffer("inv_freq", torch.ones(dim, dtype=torch.float32, device=device), persistent=False)
 
     def extend(self, n):
         with torch.inference_mode():
-            self.register_buffer("cos_sin_cache", torch.zeros(n, self.dim, device=self.device), persistent=False)
+            cache = torch.zeros(n, self.dim, dtype=torch.float32, device=self.device)
+            self.register_buffer("cos_sin_cache", cache, persistent=False)
 
 
 class RotaryModel(nn.Module):
@@ -96,7 +97,7 @@ class RotaryModel(nn.Module):
 
     def __init__(self, device):
         super().__init__()
-        self.proj = nn.Linear(4, 4, device=device)
+        self.proj = nn.Linear(4, 4, dtype=torch.float32, device=device)
         self.rotary = Rotary(4, device)
 
     def warm_up(self):
@@ -106,7 +107,8 @@ class RotaryModel(nn.Module):
 class FixedRotary(Rotary):
     def extend(self, n):
         with torch.inference_mode(False):
-            self.register_buffer("cos_sin_cache", torch.zeros(n, self.dim, device=self.device), persistent=False)
+            cache = torch.zeros(n, self.dim, dtype=torch.float32, device=self.device)
+            self.register_buffer("cos_sin_cache", cache, persistent=False)
 
 
 class FixedRotaryModel(RotaryModel):
@@ -170,9 +172,9 @@ class WeightsAndCache:
 
     def __init__(self, device):
         with torch.inference_mode():
-            self.weights = Weights(torch.ones(4, device=device))
+            self.weights = Weights(torch.ones(4, dtype=torch.float32, device=device))
         with torch.inference_mode(False):
-            self.cache = torch.zeros(8, device=device)
+            self.cache = torch.zeros(8, dtype=torch.float32, device=device)
 
 
 class GradSwitchingRunner:
@@ -180,7 +182,7 @@ class GradSwitchingRunner:
 
     def __init__(self, device):
         with torch.inference_mode(False):
-            self.x = torch.zeros(2, device=device)
+            self.x = torch.zeros(2, dtype=torch.float32, device=device)
 
     def warm_up(self):
         torch.set_grad_enabled(False)

@@ -48,6 +48,11 @@ def inference(*size, **kwargs):
         return torch.zeros(*size, **kwargs)
 
 
+def names(message: str, path: str) -> bool:
+    """Whether a failure names `path`: on a line of its own, or with what was found there."""
+    return f"\n  {path}\n" in message or f"\n  {path}: " in message
+
+
 def paths(obj, **kwargs) -> list[str]:
     return [path for path, _ in walk(obj, **kwargs).tensors]
 
@@ -370,7 +375,7 @@ def test_each_broken_engine_state_is_rejected_on_its_path_and_its_fix_passes(bro
     with pytest.raises(AssertionError) as caught:
         assert_mutable_state(built_in_inference_mode(broken))
     message = str(caught.value)
-    assert f"\n  {broken.BAD_PATH}: an inference tensor" in message and SEED_ERROR in message, message
+    assert names(message, broken.BAD_PATH) and "an inference tensor" in message and SEED_ERROR in message, message
     checked = assert_mutable_state(built_in_inference_mode(fixed))
     assert checked.checked >= 1 and not checked.bad
 
@@ -381,8 +386,9 @@ def test_the_failure_names_every_bad_path():
     lines = str(caught.value).splitlines()
     assert lines[0] == ("tables_owner: 2 of 2 tensors would refuse an in-place update "
                         "(promise 3, Mutable wherever they were made):")
-    assert [line.split(": ")[0].strip() for line in lines[1:]] == ["tables_owner.tables['default'][0]",
-                                                                   "tables_owner.tables['default'][1]"]
+    # Each path on a line of its own, then the refusal they share, once.
+    assert lines[1:3] == ["  tables_owner.tables['default'][0]", "  tables_owner.tables['default'][1]"]
+    assert lines[3].startswith("    refused: an inference tensor") and SEED_ERROR in lines[3] and len(lines) == 4
 
 
 def test_what_the_check_rejects_is_what_the_engine_hits():
@@ -614,9 +620,11 @@ def test_a_class_broken_in_every_context_is_rejected_on_its_path_in_each(project
     assert [b["path"] for b in plain["bad_paths"]] == bad_paths, plain["bad_paths"]
     message = project.report(cls, "plain")["message"]
     assert message.startswith(f"{cls}, device cpu, context plain: promise 3 (Mutable wherever they were made) broken")
+    refusal = ("an inference tensor (made under torch.inference_mode()); an in-place update outside inference mode "
+               f"raised RuntimeError: {SEED_ERROR}")
     for path in bad_paths:
-        assert f"\n  {path}: an inference tensor (made under torch.inference_mode()); an in-place update outside " \
-               f"inference mode raised RuntimeError: {SEED_ERROR}" in message, message
+        assert names(message, path), message
+    assert message.count(refusal) == 1, message  # the torch message once, after the paths it refuses
 
 
 def test_a_module_built_in_inference_mode_has_inference_parameters_too(project):
@@ -654,12 +662,24 @@ def test_a_class_that_cannot_be_built_in_a_context_fails_there_and_a_skipped_con
     assert project.record("TestRefusesInferenceMode", "inference_mode")["broken"] == ["3"]
 
 
-def test_every_failure_ends_with_its_reproducer(project):
+def test_every_failure_has_its_reproducer_and_the_terminal_prints_one_per_class_and_cause(project):
+    printed: dict[str, list[str]] = collections.defaultdict(list)  # class -> the contexts whose failure holds one
     for r in project.reports:
-        if r.get("outcome") == "failed":
-            script = r["properties"]["mutable_state"]["reproducer"]
-            assert script and r["message"].rstrip().endswith(script.rstrip()), r["nodeid"]
-            assert "Reproducer (standalone: torch and the modules it imports):" in r["message"]
+        if r.get("outcome") != "failed":
+            continue
+        record = r["properties"]["mutable_state"]
+        assert record["reproducer"] and record["reproducers"][0]["reproducer"] == record["reproducer"], r["nodeid"]
+        cls = r["nodeid"].split("::")[1]
+        if "\n\nReproducer (" in r["message"]:
+            scripts = [x["reproducer"].rstrip() for x in record["reproducers"]]
+            assert any(r["message"].rstrip().endswith(script) for script in scripts), r["nodeid"]
+            assert r["message"].count("\n\nReproducer (") == len({x["cause"] for x in record["reproducers"]})
+            printed[cls].append(record["context"])
+        else:  # an earlier failure of its class printed it, and this one says where
+            assert "\nreproducer: as printed for context " in r["message"] and printed[cls], r["nodeid"]
+            where = r["message"].split("\nreproducer: as printed for context ")[1].split(" above")[0]
+            assert set(where.split(", ")) <= set(printed[cls]), (r["nodeid"], where, printed[cls])
+    assert printed["TestLazyWorkspace"] == ["inference_mode"]  # one cause, one reproducer, in five failures
 
 
 def run_reproducer(project: ProjectRun, script: str, name: str) -> subprocess.CompletedProcess[str]:

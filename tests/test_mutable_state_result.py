@@ -29,13 +29,13 @@ class Lazy:
         self.device, self.workspace = device, None
 
     def warm_up(self):
-        self.workspace = torch.zeros(4, device=self.device)
+        self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
 
 
 class Fixed(Lazy):
     def warm_up(self):
         with torch.inference_mode(False):
-            self.workspace = torch.zeros(4, device=self.device)
+            self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
 
 
 class TestState(MutableStateTests):

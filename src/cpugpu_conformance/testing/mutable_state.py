@@ -3,7 +3,7 @@
 "Inplace update to inference tensor outside InferenceMode is not allowed" is not particular
 to CpuGpuBuffer: engines hit it in workspaces allocated during a warm-up under
 ``torch.inference_mode()``, in per-request tables, in an ``nn.Module``'s buffers. Promises 3 and
-12 of the contract, applied to any object:
+12 of the contract, applied to any object, and what an ambient context sets kept out of it:
 
     assert_mutable_state(runner)          # in an existing test: every bad tensor path, or nothing
 
@@ -15,16 +15,23 @@ to CpuGpuBuffer: engines hit it in workspaces allocated during a warm-up under
             state.warm_up()
 
 Every tensor reachable from the object (state_walk.py) must be no inference tensor and take
-an in-place update outside inference mode and inside it (state_checks.py); building the
-object and warming it up must leave the caller's grad mode, inference mode, default device
-and dtype (and the device's own state) as they were. Tensors an object holds as inference
-tensors on purpose are excluded by path, with a reason, and listed as excluded.
+an in-place update outside inference mode and inside it, and in grad mode where it is a view
+that requires grad (state_checks.py); building the object and warming it up must leave the
+caller's grad mode, inference mode, default device and dtype (and the device's own state) as
+they were; and built in any context, every tensor must have the device, dtype and shape it has
+when the object is built plainly (placement: a default device or dtype must not leak in).
+Tensors an object holds as inference tensors on purpose are excluded by path, with a reason,
+and listed as excluded. The terminal's words are state_report.py's.
+
+The class's surface is make_state, warm_up, exclude, skip_contexts, max_items and max_depth;
+everything else here is the library's own, in module functions a subclass cannot reach.
 """
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -37,37 +44,15 @@ from .contexts import PLAIN, Context, contexts_for
 from .reproducer import Name
 from .side_effects import caller_state
 from .stamps import CONTRACT_TESTS
-from .state_checks import built_and_warmed_up, in_place_refusal, note_changes, warmed_up
+from .state_checks import built_and_warmed_up, in_place_refusal, note_changes, placement, warmed_up
+from .state_report import PLACEMENT, Checked, PhaseOutcome, message, misplaced, order_of
 from .state_reproducer import StateScenario
 from .state_walk import DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, WalkLimit, normalize_exclusions, walk
 
+__all__ = ["Checked", "MutableStateTests", "assert_mutable_state", "check_state"]
+
 # The key of the report property the recorder reads (user_properties: ("mutable_state", {...})).
 REPORT_KEY = "mutable_state"
-
-
-@dataclass
-class Checked:
-    """One object walked and checked: how many tensors, which are bad and why, which were excluded."""
-
-    root: str
-    checked: int = 0
-    bad: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
-    excluded: dict[str, str] = field(default_factory=dict)  # path -> reason
-    error: str | None = None  # why the check could not be made (nothing to check, a stale exclusion, a limit)
-
-    @property
-    def ok(self) -> bool:
-        return not self.bad and self.error is None
-
-    def lines(self) -> list[str]:
-        """The failure's lines: each bad path and why, then what could not be checked."""
-        lines = [f"  {path}: {why}" for path, why in self.bad]
-        if self.error:
-            lines.append(f"  {self.error}")
-        return lines
-
-    def excluded_lines(self) -> list[str]:
-        return [f"  excluded: {path} ({reason})" for path, reason in self.excluded.items()]
 
 
 def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str = "state",
@@ -81,6 +66,7 @@ def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str
         return result
     result.excluded = dict(found.excluded)
     for path, tensor in found.tensors:
+        result.placements[path] = placement(tensor)
         why = in_place_refusal(tensor)
         if why is not None:
             result.bad.append((path, why))
@@ -90,7 +76,8 @@ def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str
     elif not found.tensors:
         what = f" ({len(found.excluded)} excluded)" if found.excluded else ""
         result.error = (f"nothing checked: no tensor is reachable from {root}{what} through attributes, slots, dicts, "
-                        "lists, tuples, sets or nn.Module registrations (is it allocated lazily, on first use?)")
+                        "lists, tuples, sets, nn.Module registrations, partials, bound methods or closures "
+                        "(is it allocated lazily, on first use?)")
     return result
 
 
@@ -100,14 +87,25 @@ def _stale(path: str, reason: str, matched: Mapping[str, str]) -> str:
     return f"stale exclusion {path!r} ({reason}): {where}; remove it or correct the path"
 
 
+def _check_name(name: Any) -> None:
+    """A root name is where every path starts: it must be Python (``runner``, ``engine.runner``)."""
+    parts = name.split(".") if isinstance(name, str) else []
+    if not parts or not all(part.isidentifier() and not keyword.iskeyword(part) for part in parts):
+        raise ValueError(f"assert_mutable_state: name={name!r} is not a Python identifier or dotted path "
+                         "(e.g. 'runner' or 'engine.runner'): every path it prints starts with it")
+
+
 def assert_mutable_state(obj: Any, exclude: Mapping[str, str] | None = None, *, name: str = "state",
                          max_items: int = DEFAULT_MAX_ITEMS, max_depth: int = DEFAULT_MAX_DEPTH) -> Checked:
     """Promise 3 for an object already built: every tensor reachable from it is no inference tensor
-    and takes an in-place update outside inference mode and inside it. AssertionError names every
-    bad path and why. ``exclude``: path -> reason, for tensors held as inference tensors on purpose
-    (``{"weights.w": "read-only weights"}``); one that matches nothing is an error. Paths start
-    with `name`. Returns what was checked and excluded. Each tensor is written with its own values
-    (``t.copy_(t)``): its data is unchanged, its version counter is bumped (state_checks.py)."""
+    and takes an in-place update outside inference mode and inside it (and in grad mode, for a view
+    that requires grad made in inference mode or under no_grad()). AssertionError names every bad
+    path, and each refusal once. ``exclude``: path -> reason, for tensors held as inference tensors
+    on purpose (``{"weights.w": "read-only weights"}``); one that matches nothing is an error. Paths
+    start with `name`, a Python identifier or dotted path (ValueError otherwise). Returns what was
+    checked and excluded. Each tensor is written with its own values (``t.copy_(t)``): its data is
+    unchanged, its version counter is bumped (state_checks.py)."""
+    _check_name(name)
     exclusions = normalize_exclusions(exclude, name)
     result = check_state(obj, exclusions, root=name, max_items=max_items, max_depth=max_depth)
     if not result.ok:
@@ -132,43 +130,15 @@ class Phase:
         return f"built and warmed up in {where}" if has_warm_up else f"built in {where}"
 
 
-@dataclass
-class PhaseOutcome:
-    phase: str
-    checked: Checked | None = None
-    changed: list[str] = field(default_factory=list)  # promise 12: what building it changed of the caller's state
-    raised: str | None = None  # make_state or warm_up raised
-    script: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.raised is None and not self.changed and (self.checked is None or self.checked.ok)
-
-    def broken(self) -> list[str]:
-        found = []
-        if self.raised or (self.checked is not None and not self.checked.ok):
-            found.append(P.MUTABLE)
-        if self.changed:
-            found.append(P.NO_SIDE_EFFECTS)
-        return found
-
-    def lines(self) -> list[str]:
-        lines = [f"{self.phase}:"]
-        if self.raised:
-            lines.append(f"  raised {self.raised}")
-        if self.checked is not None:
-            lines += self.checked.lines()
-        lines += [f"  promise {P.NO_SIDE_EFFECTS}: {change}" for change in self.changed]
-        return lines
-
-
 class MutableStateTests:
-    """Promises 3 and 12 for any object: override ``make_state(device)`` (and ``warm_up(state)``).
+    """Promises 3 and 12 for any object, and its placement: override ``make_state(device)`` (and
+    ``warm_up(state)``).
 
     For each device and each creation context the suite knows (contexts.py), the object is built
     and warmed up in the context, and (with a warm_up) built plainly and warmed up in the
-    context; every tensor reachable from it is checked, and the caller's state around both
-    calls. With the plugin, each (device, context) is a test of its own.
+    context; every tensor reachable from it is checked, the caller's state around both calls,
+    and each tensor's device, dtype and shape against the object built plainly. With the plugin,
+    each (device, context) is a test of its own.
     """
 
     # path -> reason: tensors the object holds as inference tensors on purpose (read-only weights).
@@ -194,89 +164,183 @@ class MutableStateTests:
     @pytest.mark.cpugpu_promise(P.MUTABLE, P.NO_SIDE_EFFECTS)
     def test_mutable_state(self, device: str, context: Context, request: pytest.FixtureRequest) -> None:
         """`device` and `context`: every creation context of every device (generate_tests)."""
-        record: dict[str, Any] = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "device": device,
-                                  "context": context.name, "promises": [P.MUTABLE, P.NO_SIDE_EFFECTS]}
+        cls = f"{type(self).__module__}.{type(self).__qualname__}"
+        record: dict[str, Any] = {"class": cls, "device": device, "context": context.name,
+                                  "promises": [P.MUTABLE, P.NO_SIDE_EFFECTS]}
         request.node.user_properties.append((REPORT_KEY, record))
         team_why = self.skip_contexts.get(context.name)
         why = team_why or context.same_as_plain()
         if why:  # the team's decision (waived), or a context that changes nothing on this machine
             record.update(skipped=why, skipped_by="team" if team_why else "contract")
             pytest.skip(why)
-        outcomes = [self._run(device, phase) for phase in self._phases(context)]
-        failed = [o for o in outcomes if not o.ok]
-        record.update(
-            checked=sum(o.checked.checked for o in outcomes if o.checked is not None),
-            bad_paths=[{"path": path, "why": why, "phase": o.phase}
-                       for o in outcomes if o.checked is not None for path, why in o.checked.bad],
-            caller_state_changes=[change for o in outcomes for change in o.changed],
-            errors=[e for o in outcomes for e in (o.raised, o.checked.error if o.checked else None) if e],
-            excluded={path: reason for o in outcomes if o.checked is not None
-                      for path, reason in o.checked.excluded.items()},
-            broken=sorted({p for o in failed for p in o.broken()}, key=int),
-            reproducer=failed[0].script if failed else None,
-        )
-        if failed:  # the message says it all: no traceback of the suite's own code
-            pytest.fail(self._message(device, context, outcomes, failed[0].script or ""), pytrace=False)
-
-    def _has_warm_up(self) -> bool:
-        return type(self).warm_up is not MutableStateTests.warm_up
-
-    def _phases(self, context: Context) -> list[Phase]:
-        phases = [Phase(context, warm_up_only=False)]
-        if self._has_warm_up() and context != PLAIN:
-            phases.append(Phase(context, warm_up_only=True))
-        return phases
-
-    def _run(self, device: str, phase: Phase) -> PhaseOutcome:
-        """Build the state as `phase` says, through a scenario (so the reproducer is what ran), then walk it."""
-        has_warm_up = self._has_warm_up()
-        outcome = PhaseOutcome(phase.describe(has_warm_up))
-        sc = StateScenario(type(self), MutableStateTests, device, phase.context.name, outcome.phase)
-        sc.ns["make_state"] = self.make_state
-        sc.ns["warm_up"] = self.warm_up
-        warm = Name("warm_up") if has_warm_up else None
-        sc.bind(changed=[])
-        sc.call(caller_state, Name("device"), into="outer")
-        try:
-            if phase.warm_up_only:
-                sc.call(built_and_warmed_up, Name("make_state"), None, Name("device"), Name("changed"), into="state")
-                _call_in(sc, phase.context, warmed_up, Name("warm_up"), Name("state"), Name("device"), Name("changed"))
-            else:
-                _call_in(sc, phase.context, built_and_warmed_up, Name("make_state"), warm, Name("device"),
-                         Name("changed"))
-            if phase.context != PLAIN:
-                left = f"context {phase.context.name}, with what ran in it, once left,"
-                sc.call(note_changes, Name("outer"), left, Name("device"), Name("changed"))
-        except Exception as exc:  # the class's own calls raised in this context: the reproducer ends with that call
-            outcome.raised = f"{type(exc).__name__}: {exc}"
-            outcome.changed = list(sc["changed"])
-            outcome.script = sc.record.reproducer()
-            return outcome
-        finally:
-            _put_back(sc["outer"])
-        outcome.changed = list(sc["changed"])
-        outcome.checked = check_state(sc["state"], self.exclude, max_items=self.max_items, max_depth=self.max_depth)
-        if not outcome.ok:
-            sc.check_paths([path for path, _ in outcome.checked.bad])
-            if outcome.changed:
-                sc.check_caller_state()
-            outcome.script = sc.record.reproducer()
-        return outcome
-
-    def _message(self, device: str, context: Context, outcomes: list[PhaseOutcome], script: str) -> str:
-        broken = sorted({p for o in outcomes if not o.ok for p in o.broken()}, key=int)
-        lines = [f"{type(self).__qualname__}, device {device}, context {context.name}: promise "
-                 + " and ".join(f"{p} ({P.PROMISES[p]})" for p in broken) + " broken"]
-        for outcome in outcomes:
-            lines += outcome.lines() if not outcome.ok else [f"{outcome.phase}: held"]
-        excluded = {path: r for o in outcomes if o.checked is not None for path, r in o.checked.excluded.items()}
-        lines += [f"excluded: {path} ({reason})" for path, reason in excluded.items()]
-        return "\n".join(lines) + "\n\nReproducer (standalone: torch and the modules it imports):\n\n" + script
+        outcomes = [_run(self, device, phase) for phase in _phases(self, context)]
+        record.update(_findings(outcomes))
+        if record["broken"] or record["errors"]:  # the message says it all: no traceback of the suite's own code
+            pytest.fail(message(type(self).__qualname__, cls, device, context.name, outcomes), pytrace=False)
 
 
 # The judge counts a test as the contract's only when its function is this one (stamps.py): an
 # override, whatever its body, leaves its (device, context) untested.
 CONTRACT_TESTS.setdefault("test_mutable_state", MutableStateTests.test_mutable_state)
+
+
+# --- how a test runs: module functions, so that a subclass's own names never stand in for them
+
+
+def _has_warm_up(tests: MutableStateTests) -> bool:
+    return type(tests).warm_up is not MutableStateTests.warm_up
+
+
+def _phases(tests: MutableStateTests, context: Context) -> list[Phase]:
+    phases = [Phase(context, warm_up_only=False)]
+    if _has_warm_up(tests) and context != PLAIN:
+        phases.append(Phase(context, warm_up_only=True))
+    return phases
+
+
+def _run(tests: MutableStateTests, device: str, phase: Phase) -> PhaseOutcome:
+    """Build the state as `phase` says, through a scenario (so the reproducer is what ran), then walk
+    it, and compare it with the state built plainly."""
+    has_warm_up = _has_warm_up(tests)
+    outcome = PhaseOutcome(phase.describe(has_warm_up), phase.context.name)
+    sc = StateScenario(type(tests), MutableStateTests, device, phase.context.name, outcome.phase)
+    sc.ns["make_state"] = tests.make_state
+    sc.ns["warm_up"] = tests.warm_up
+    warm = Name("warm_up") if has_warm_up else None
+    sc.bind(changed=[])
+    sc.call(caller_state, Name("device"), into="outer")
+    try:
+        if phase.warm_up_only:
+            sc.call(built_and_warmed_up, Name("make_state"), None, Name("device"), Name("changed"), into="state")
+            _call_in(sc, phase.context, warmed_up, Name("warm_up"), Name("state"), Name("device"), Name("changed"))
+        else:
+            _call_in(sc, phase.context, built_and_warmed_up, Name("make_state"), warm, Name("device"),
+                     Name("changed"))
+        if phase.context != PLAIN:
+            left = f"context {phase.context.name}, with what ran in it, once left,"
+            sc.call(note_changes, Name("outer"), left, Name("device"), Name("changed"))
+    except Exception as exc:  # the class's own calls raised in this context: the reproducer ends with that call
+        outcome.raised = f"{type(exc).__name__}: {exc}"
+        outcome.raised_in = _raised_in(tests, exc)
+        outcome.changed = list(sc["changed"])
+        outcome.script = sc.record.reproducer()
+    finally:
+        _put_back(sc["outer"])
+    if outcome.raised is not None:
+        if phase.context == PLAIN:
+            _PLAIN_BUILDS.setdefault((type(tests), device), _not_compared(outcome))
+        elif isinstance(_plain_build(tests, device), Checked):  # only here: what the context sets leaked in?
+            outcome.leak = _ambient(phase.context)
+        return outcome
+    outcome.changed = list(sc["changed"])
+    outcome.checked = check_state(sc["state"], tests.exclude, max_items=tests.max_items, max_depth=tests.max_depth)
+    if phase.context == PLAIN:
+        _PLAIN_BUILDS.setdefault((type(tests), device), outcome.checked)
+    else:
+        plain = _plain_build(tests, device)
+        if isinstance(plain, Checked):
+            outcome.misplaced = misplaced(plain, outcome.checked)
+        else:
+            outcome.placement_error = plain
+    if not outcome.ok:
+        sc.check_paths([path for path, _ in outcome.checked.bad])
+        if outcome.misplaced:
+            sc.check_placement(outcome.misplaced)
+        if outcome.changed:
+            sc.check_caller_state()
+        outcome.script = sc.record.reproducer()
+    return outcome
+
+
+def _findings(outcomes: list[PhaseOutcome]) -> dict[str, Any]:
+    """What the test's record says of its phases (the result file's entry for the test)."""
+    failed = [o for o in outcomes if not o.ok]
+    return dict(
+        checked=sum(o.checked.checked for o in outcomes if o.checked is not None),
+        bad_paths=[{"path": path, "why": why, "phase": o.phase}
+                   for o in outcomes if o.checked is not None for path, why in o.checked.bad],
+        caller_state_changes=[change for o in outcomes for change in o.changed],
+        errors=[e for o in outcomes for e in (None if o.leak else o.raised, o.checked.error if o.checked else None,
+                                                 o.placement_error) if e],
+        excluded={path: reason for o in outcomes if o.checked is not None for path, reason in o.checked.excluded.items()},
+        placement=[{"path": path, "phase": o.phase, "here": _placed(here), "plain": _placed(plain)}
+                   for o in outcomes for path, here, plain in o.misplaced]
+        + [{"phase": o.phase, "raised": o.raised, "leak": o.leak} for o in outcomes if o.leak],
+        broken=sorted({p for o in failed for p in o.broken()}, key=order_of),
+        why=failed[0].first_finding() if failed else None,
+        reproducer=failed[0].script if failed else None,
+        reproducers=[{"phase": o.phase, "cause": o.cause(), "reproducer": o.script} for o in failed if o.script],
+    )
+
+
+def _placed(where: Any) -> dict[str, Any] | None:
+    if where is None:
+        return None
+    device, dtype, shape = where
+    return {"device": device, "dtype": dtype, "shape": list(shape)}
+
+
+# The state each test class builds plainly on each device (or why it could not be built): what every
+# other context's build is compared with. Made once per process, by the plain test or the first
+# test that needs it; it holds placements and paths, never the state.
+_PLAIN_BUILDS: dict[tuple[type, str], Checked | str] = {}
+
+
+def _plain_build(tests: MutableStateTests, device: str) -> Checked | str:
+    key = (type(tests), device)
+    if key not in _PLAIN_BUILDS:
+        before = caller_state(torch.device(device))
+        outcome = PhaseOutcome("built and warmed up in the plain context", PLAIN.name)
+        try:
+            state = tests.make_state(torch.device(device))
+            if _has_warm_up(tests):
+                tests.warm_up(state)
+        except Exception as exc:
+            outcome.raised, outcome.raised_in = f"{type(exc).__name__}: {exc}", _raised_in(tests, exc)
+            _PLAIN_BUILDS[key] = _not_compared(outcome)
+        else:
+            _PLAIN_BUILDS[key] = check_state(state, tests.exclude, max_items=tests.max_items,
+                                             max_depth=tests.max_depth)
+        finally:
+            _put_back(before)
+    return _PLAIN_BUILDS[key]
+
+
+def _not_compared(plain: PhaseOutcome) -> str:
+    first = (str(plain.raised).splitlines() or [""])[0]
+    return f"{PLACEMENT} not compared: built plainly, {plain.raised_in} raised {first}"
+
+
+def _defaults() -> tuple[torch.device, torch.dtype]:
+    """Where a tensor made without a device or dtype goes, here and now."""
+    return torch.empty(0).device, torch.get_default_dtype()
+
+
+def _ambient(context: Context) -> str | None:
+    """What `context` sets that tensors created without a device or dtype follow, in words; None
+    when it sets neither (a grad or inference mode, a thread)."""
+    if context.enter is None:
+        return None
+    (device, dtype), (device_in, dtype_in) = _defaults(), context.enter(_defaults)
+    found = []
+    if device_in != device:
+        found.append(f"this context sets the default device to {device_in}, and tensors created without a device "
+                     "follow the ambient default device")
+    if dtype_in != dtype:
+        found.append(f"this context sets the default dtype to {str(dtype_in).removeprefix('torch.')}, and tensors "
+                     "created without a dtype follow the ambient default dtype")
+    return "; ".join(found) or None
+
+
+def _raised_in(tests: MutableStateTests, exc: BaseException) -> str:
+    """Which of the class's calls raised: warm_up when its frame is in the traceback."""
+    code = getattr(type(tests).warm_up, "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return "warm_up"
+        tb = tb.tb_next
+    return "make_state"
 
 
 def _put_back(before: Mapping[str, Any]) -> None:

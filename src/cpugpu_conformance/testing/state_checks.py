@@ -9,7 +9,10 @@ other in-place op, for every dtype and layout, and which leaves the data as it w
 tensor copied onto itself torch copies nothing, so it costs nothing at any size). Like
 every in-place op it bumps the tensor's version counter: a tensor saved for a backward pass
 that has not run yet refuses that backward afterwards. A tensor that requires grad is
-written under ``no_grad()``, as an engine updates its weights, so no graph is recorded into it.
+written under ``no_grad()``, as an engine updates its weights, so no graph is recorded into it;
+a view that requires grad and was made in inference mode or under ``no_grad()`` is also written
+in grad mode, where torch refuses it ("A view was created in inference mode and is being
+modified inplace in normal mode") before it writes anything.
 
 PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
 and the functions go into reproducers as they are written.
@@ -24,7 +27,8 @@ from .side_effects import caller_state
 
 def in_place_refusal(tensor):
     """Why an engine could not update `tensor` in place, as text; None when it can: an inference
-    tensor, or an in-place update that raises outside inference mode or inside it."""
+    tensor, or an in-place update that raises outside inference mode or inside it, or (for a view
+    that requires grad, made in inference mode or under no_grad()) in grad mode."""
     problems = []
     if tensor.is_inference():
         problems.append("an inference tensor (made under torch.inference_mode())")
@@ -35,9 +39,37 @@ def in_place_refusal(tensor):
                     tensor.copy_(tensor)
         except Exception as exc:  # what an engine's update would raise: RuntimeError for an inference tensor
             where = "inside" if inside else "outside"
-            first_line = (str(exc).strip().splitlines() or [""])[0]
-            problems.append(f"an in-place update {where} inference mode raised {type(exc).__name__}: {first_line}")
+            problems.append(f"an in-place update {where} inference mode raised {type(exc).__name__}: {_first(exc)}")
+    if view_made_in_a_mode(tensor):
+        try:  # as an engine updates it where grad is on: torch refuses before it writes anything
+            with torch.inference_mode(False), torch.enable_grad():
+                tensor.copy_(tensor)
+        except Exception as exc:
+            problems.append(f"a view that requires grad: an in-place update in grad mode raised "
+                            f"{type(exc).__name__}: {_first(exc)}")
     return "; ".join(problems) or None
+
+
+def view_made_in_a_mode(tensor):
+    """Whether `tensor` is a view that requires grad and was made in inference mode or under
+    no_grad() (torch's creation meta): not an inference tensor, and an in-place update under
+    no_grad() takes, but torch refuses one in grad mode. Any other view that requires grad is
+    updated in grad mode by autograd's own rules (a view of a leaf never is), wherever it was
+    made: the mode it was made in is what this checks."""
+    if not (tensor.requires_grad and tensor._is_view()):
+        return False
+    get = getattr(torch._C._autograd, "_get_creation_meta", None)
+    if get is None:  # a torch that cannot say: a view of a leaf is refused in grad mode anyway
+        return not tensor._base.is_leaf
+    try:
+        meta = get(tensor)
+    except RuntimeError:  # a view autograd keeps no record of
+        return False
+    return getattr(meta, "name", str(meta).rsplit(".", 1)[-1]) in ("INFERENCE_MODE", "NO_GRAD_MODE")
+
+
+def _first(exc):
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def mutable_in_place(path, tensor):
@@ -84,3 +116,27 @@ def note_changes(before, after_what, device, changed):
 def caller_left_alone(changed):
     """Promise 12: building the state and warming it up changed nothing of the caller's state."""
     assert not changed, "; ".join(changed)
+
+
+def placement(tensor):
+    """Where a tensor is, as an ambient context could change it: (device, dtype, shape)."""
+    return (str(tensor.device), str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
+
+
+def described(where):
+    """A placement (or None: no tensor there) as words."""
+    if where is None:
+        return "no tensor"
+    device, dtype, shape = where
+    return f"on {device}, {dtype}, shape {shape}"
+
+
+def placed_as(path, value, plain):
+    """The tensor at `path` (`value()` reads it) is where it is when the object is built plainly:
+    `plain` is its (device, dtype, shape) in that build, None where that build has no tensor there."""
+    try:
+        found = value()
+    except (AttributeError, KeyError, IndexError, TypeError):  # the path leads nowhere in this build
+        found = None
+    here = placement(found) if isinstance(found, torch.Tensor) else None
+    assert here == plain, f"{path}: {described(here)} here; built plainly, {described(plain)}"

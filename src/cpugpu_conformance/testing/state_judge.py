@@ -3,7 +3,8 @@ the buffer's (judge.py): a class passes only when its test ran to its end, and h
 device and in every creation context the run made tests for.
 
 Each test leaves its evidence in its report (mutable_state.py's record: what it checked, the
-bad paths, the caller's state it changed, the reproducer). The section this writes goes into
+bad paths, the caller's state it changed, the tensors an ambient context misplaced, what it
+broke, every reproducer). The section this writes goes into
 the result file under ``mutable_state``, beside (never inside) the buffer's promises, so the
 result file of a buffer class is unchanged. Plain data in and out: no torch.
 """
@@ -18,16 +19,22 @@ from .judge import XPASS_STRICT, Inventory, TestEvidence, by_class_and_key, stan
 # The report property mutable_state.py's test puts its record under.
 REPORT_KEY = "mutable_state"
 KIND = "mutable_state"  # item facts of a MutableStateTests test carry kind=KIND
+# An ambient context (a default device or dtype) leaking into the state: a cause of its own beside
+# promises 3 and 12 (state_report.py says the same, for the terminal).
+PLACEMENT = "placement"
 
 
 def verdict_of(ev: TestEvidence) -> tuple[str, str | None]:
     """(passed|failed|untested|waived|skipped, why) for one MutableStateTests test."""
     facts, state = ev.facts, ev.state or {}
     skipped = "skipped" in ev.outcomes.values() and ev.wasxfail is None
+    if facts.get("collisions"):  # what it checked, it checked through the class's own helpers (surface.py)
+        return "untested", "not the contract's test: " + "; ".join(facts["collisions"])
     if state.get("broken") or state.get("errors"):
         first = (state.get("bad_paths") or [{}])[0]
-        why = (f"{first.get('path')}: {first.get('why')}" if first.get("path")
-               else "; ".join(state.get("errors") or state.get("caller_state_changes") or []) or "broken")
+        why = state.get("why") or (f"{first.get('path')}: {first.get('why')}" if first.get("path")
+                                   else "; ".join(state.get("errors") or state.get("caller_state_changes") or [])
+                                   or "broken")
         return "failed", why
     if not facts.get("contract"):
         if skipped and facts.get("opt_out"):
@@ -71,8 +78,8 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
             entry: dict[str, Any] = {"test": test, "verdict": verdict}
             if why:
                 entry["why"] = why
-            for name in ("device", "context", "checked", "bad_paths", "caller_state_changes", "excluded",
-                         "reproducer"):
+            for name in ("device", "context", "checked", "broken", "bad_paths", "caller_state_changes", "placement",
+                         "excluded", "reproducer", "reproducers"):
                 value = (ev.state or {}).get(name)
                 if value not in (None, [], {}):
                     entry[name] = value
@@ -80,5 +87,8 @@ def section(evidence: Mapping[str, TestEvidence], inventory: Inventory,
         kinds = {t["verdict"] for t in tests}
         worst = next((k for k in ("failed", "untested", "waived") if k in kinds), None)
         out[cls] = {"verdict": worst or ("passed" if "passed" in kinds else "untested"), "tests": tests}
+        broken = {p for t in tests for p in t.get("broken", [])}
+        if broken:  # what the class breaks, over every test: promises 3 and 12, and placement, by name
+            out[cls]["broken"] = sorted(broken, key=lambda p: (p == PLACEMENT, int(p) if p.isdigit() else 0))
     return out
 

@@ -24,7 +24,7 @@ from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
 from .reproducer import Record, Scenario, Step, literal
-from .state_checks import caller_left_alone, mutable_in_place
+from .state_checks import caller_left_alone, mutable_in_place, placed_as
 from .state_walk import set_elements
 
 # The names every reproducer has already (reproducer.py's header imports them).
@@ -39,14 +39,18 @@ class StateScenario(Scenario):
     def __init__(self, tests_cls: type, stop: type, device: str, context: str, phase: str) -> None:
         record = Record(class_source(tests_cls, stop), promise=P.MUTABLE)
         self.tests_name, self.context, self.phase = tests_cls.__qualname__, context, phase
+        self.placement = False  # the script checks placement (an ambient context leaking in): its header says so
         super().__init__(record, P.MUTABLE, device, title=f"the state {tests_cls.__qualname__}.make_state builds")
 
     @property
     def header(self) -> str:
         needs = devices.get(self.device).needs
+        what = (f"placement (built in any context, every tensor has the device, dtype and shape it has when built "
+                f"plainly), and promises {P.MUTABLE} and {P.NO_SIDE_EFFECTS}" if self.placement
+                else f"promises {P.MUTABLE} and {P.NO_SIDE_EFFECTS} ({P.PROMISES[P.MUTABLE]}; "
+                     f"{P.PROMISES[P.NO_SIDE_EFFECTS]})")
         return (
-            f"# Reproducer: promises {P.MUTABLE} and {P.NO_SIDE_EFFECTS} ({P.PROMISES[P.MUTABLE]}; "
-            f"{P.PROMISES[P.NO_SIDE_EFFECTS]}) for any object:\n"
+            f"# Reproducer: {what} for any object:\n"
             f"# the state {self.tests_name}.make_state builds, device {self.device}, {self.phase}.\n"
             f"# Found by cpugpu-conformance's MutableStateTests, with torch {torch.__version__}.\n"
             + (f"# Needs {needs}.\n" if needs else "")
@@ -59,6 +63,15 @@ class StateScenario(Scenario):
         for path in bad_paths:
             used = (mutable_in_place, set_elements) if "set_elements(" in path else (mutable_in_place,)
             self.steps.append(Step(f"mutable_in_place({path!r}, {path})\n", used))
+        self._record()
+
+    def check_placement(self, misplaced: list[tuple[str, Any, Any]]) -> None:
+        """Write a check of each tensor whose placement differs from the plain build's: (path, here,
+        plain), where plain is the plain build's (device, dtype, shape), written as a literal."""
+        self.placement = True
+        for path, _, plain in misplaced:
+            used = (placed_as, set_elements) if "set_elements(" in path else (placed_as,)
+            self.steps.append(Step(f"placed_as({path!r}, lambda: {path}, {literal(plain)})\n", used))
         self._record()
 
     def check_caller_state(self) -> None:

@@ -4,8 +4,15 @@ The walk follows what an object holds, never what it computes: instance attribut
 (``__dict__``), ``__slots__``, dicts (values, and keys that hold tensors), lists, tuples,
 deques, sets, dataclasses (their attributes), and an ``nn.Module``'s registered parameters,
 buffers and submodules by their names. A leaf tensor's ``.grad`` is a tensor it holds too.
+So are the tensors the callables it holds keep alive, which engines use as state (a kernel bound
+to its workspace): a ``functools.partial``'s ``func``, ``args`` and ``keywords``; a bound
+method's ``__self__``; a function's closure cells and defaults.
+
 It never calls a property, never walks into a tensor's own attributes, nor into modules,
-classes, functions, weak references, NumPy arrays or torch's internals (``torch._*`` types).
+classes (class attributes are the class's, made at import, shared by every instance), a
+function's globals or attributes (its module's), a bound method's ``__func__`` (the class's),
+generators and coroutines (their locals live in a suspended frame, change at every step and are
+no attribute of anything), weak references, NumPy arrays or torch's internals (``torch._*``).
 
 Breadth first, so each tensor is named by a shortest path; each object is visited once (by
 id), so cycles and aliases end the walk instead of looping; the order is the order the
@@ -16,7 +23,9 @@ walks of equal objects give the same paths. Bounded: past ``max_items`` things l
 A path is Python that evaluates to what it names (reproducers use it as such):
 ``state.w``, ``state.d['k']``, ``state.xs[0]``, ``list(state.d.values())[1]`` (a key with no
 literal), ``list(state.d)[0]`` (a tensor used as a key), ``getattr(state.seq, '0')`` (a name that
-is no identifier), ``set_elements(state.pool)[0]`` (a set: this module's stable order).
+is no identifier), ``set_elements(state.pool)[0]`` (a set: this module's stable order),
+``state.kernel.args[0]``, ``state.step.__self__.buf``, ``state.fn.__closure__[0].cell_contents``,
+``state.fn.__defaults__[1]``.
 """
 
 from __future__ import annotations
@@ -41,8 +50,7 @@ _ATOMIC = frozenset({str, bytes, bytearray, int, float, complex, bool, type(None
                      range, slice, memoryview, torch.dtype, torch.device, torch.layout, torch.memory_format,
                      torch.Size})
 # Things that hold tensors the object does not own, or none at all: never walked into.
-_NOT_STATE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-              types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
+_NOT_STATE = (type, types.ModuleType, types.WrapperDescriptorType, types.MethodDescriptorType,
               types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType,
               types.CodeType, types.FrameType, types.TracebackType, types.GeneratorType, types.CoroutineType,
               types.AsyncGeneratorType, property, staticmethod, classmethod, weakref.ref, weakref.ProxyType,
@@ -52,7 +60,10 @@ _LITERAL_KEYS = (str, bytes, int, type(None))
 
 
 # What the walk does with a thing, by its type (decided once per type: the walk's hot path).
-_ATOM, _SKIP, _TENSOR, _MODULE, _DICT, _PROXY, _SEQUENCE, _SET, _OBJECT = range(9)
+_ATOM, _SKIP, _TENSOR, _MODULE, _DICT, _PROXY, _SEQUENCE, _SET, _OBJECT, _PARTIAL, _FUNCTION, _BOUND = range(12)
+# Callables whose state is what they are bound to: a bound method of a Python class, of a C type
+# (``[].append``, ``tensor.add_``) or a slot wrapper's (``obj.__eq__``): their ``__self__``.
+_BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,7 +76,8 @@ def _kind(cls: Any) -> int:
     if issubclass(cls, _NOT_STATE) or module == "torch" or module.startswith("torch._"):
         return _SKIP  # torch's own machinery (torch._C, torch._dynamo, ...) holds no state of the object's
     for base, kind in ((torch.nn.Module, _MODULE), (dict, _DICT), (types.MappingProxyType, _PROXY),
-                       ((list, tuple, collections.deque), _SEQUENCE), ((set, frozenset), _SET)):
+                       ((list, tuple, collections.deque), _SEQUENCE), ((set, frozenset), _SET),
+                       (functools.partial, _PARTIAL), (types.FunctionType, _FUNCTION), (_BOUND_TYPES, _BOUND)):
         if issubclass(cls, base):
             return kind
     return _OBJECT
@@ -254,6 +266,36 @@ def _attributes(value: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
         yield item, _attribute(node, name)
 
 
+def _partial_children(value: functools.partial, node: _Node) -> Iterator[tuple[Any, _Node]]:
+    """A partial holds its function and the arguments bound to it (a kernel and its workspace)."""
+    yield value.func, _child(node, "", ".func")
+    yield value.args, _child(node, "", ".args")
+    yield value.keywords, _child(node, "", ".keywords")
+    yield from _attributes(value, node)
+
+
+def _function_children(func: types.FunctionType, node: _Node) -> Iterator[tuple[Any, _Node]]:
+    """What a function keeps alive of its own: its closure cells and its defaults (not its globals,
+    which are its module's, nor its attributes)."""
+    for i, cell in enumerate(func.__closure__ or ()):
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # a cell not filled yet (a name assigned after the inner function is made)
+            continue
+        yield contents, _child(node, "", f".__closure__[{i}].cell_contents")
+    if func.__defaults__:
+        yield func.__defaults__, _child(node, "", ".__defaults__")
+    if func.__kwdefaults__:
+        yield func.__kwdefaults__, _child(node, "", ".__kwdefaults__")
+
+
+def _bound_children(method: Any, node: _Node) -> Iterator[tuple[Any, _Node]]:
+    """What a bound method is bound to (a module, for a builtin function: not walked)."""
+    owner = getattr(method, "__self__", None)
+    if owner is not None:
+        yield owner, _child(node, "", ".__self__")
+
+
 @functools.lru_cache(maxsize=4096)
 def _slots(cls: Any) -> tuple[tuple[str, Any], ...]:
     """Each slot of the class and its bases: (its name on the object, its descriptor)."""
@@ -278,4 +320,7 @@ _CHILDREN: dict[int, Callable[[Any, _Node], Iterable[tuple[Any, _Node]]]] = {
     _SEQUENCE: _sequence_children,
     _SET: _set_children,
     _OBJECT: _attributes,
+    _PARTIAL: _partial_children,
+    _FUNCTION: _function_children,
+    _BOUND: _bound_children,
 }
