@@ -71,11 +71,11 @@ def test_a_cuda_name_this_torch_lacks_is_tolerated(monkeypatch):
     assert impl.replaced_names(found, impl.torch_identities()) == ()
 
 
-def test_the_suite_warns_about_a_replaced_cuda_synchronize(tmp_path):
+def test_the_suite_refuses_a_class_whose_import_replaces_cuda_synchronize(tmp_path):
+    """torch is torch (issue 28, item 4): a run against a patched torch is an error naming the function."""
     module = tmp_path / "replacing_impl.py"
     module.write_text(REPLACING_IMPL.format(owner="torch.cuda", attr="synchronize"))
     run = run_suite(tmp_path, "--impl", f"{module}:CpuGpuBuffer", "--promise", "11", "--device", "cpu")
-    assert run.returncode == 0, run.stdout[-3000:]
-    warnings = run.cell.warnings
-    assert len(warnings) == 1 and "replaced torch.cuda.synchronize" in warnings[0], warnings
-    assert "warning: importing --impl" in run.stdout
+    assert run.returncode == 4, run.stdout[-3000:]
+    assert run.cell.status == "error" and "torch.cuda.synchronize (now replacing_impl.stand_in)" in run.cell.detail
+    assert "torch is not torch's own" in run.stderr, run.stderr[-2000:]

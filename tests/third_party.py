@@ -20,7 +20,7 @@ from cpugpu_conformance import reference, results, variants
 # The project's hypothesis profile: few examples, the same ones every run. The library's tests
 # carry only the settings they need (deadline, health checks), so this governs the rest.
 PROFILE = "theirs"
-MAX_EXAMPLES = 5
+MAX_EXAMPLES = 20  # the floor (budget.py): fewer examples and a test is untested
 # A second profile of theirs, for runs that ask only whether classes are rejected: no shrinking
 # (a failing example at engine scale shrinks for seconds; two broken classes took 120 s, not 12).
 QUICK_PROFILE = "theirs-quick"

@@ -110,6 +110,45 @@ def torch_identities() -> dict[str, Any]:
     return found
 
 
+def not_torchs_own() -> list[str]:
+    """Each of TORCH_NAMES that is not torch's own now, with what stands in its place: for a run
+    that saw no "before" (a team's own pytest, whose conftest or test module may have patched torch
+    before the plugin could look). torch's own is named as its attribute and made by torch: a
+    function or class defined in a file of the torch package, a builtin of a torch module, or a
+    method of torch's TensorBase. Standing in for one with code written to pass this (a function
+    compiled with torch's file name) is forgery, beyond any check (docs/library.md)."""
+    import torch
+
+    home = Path(torch.__file__).resolve().parent
+    out = []
+    for name, obj in torch_identities().items():
+        if obj is not _ABSENT and not _made_by_torch(obj, name.rsplit(".", 1)[1], home):
+            out.append(f"{name} (now {_what(obj)})")
+    return out
+
+
+def _made_by_torch(obj: Any, attr: str, home: Path) -> bool:
+    if getattr(obj, "__name__", None) != attr:
+        return False
+    owner = getattr(obj, "__objclass__", None)  # a method of a C type (Tensor.copy_)
+    if owner is not None:
+        return owner.__name__ == "TensorBase" and str(getattr(owner, "__module__", "")).startswith("torch")
+    if inspect.isbuiltin(obj):
+        return str(getattr(obj, "__module__", "") or "").split(".")[0] == "torch"
+    try:
+        source = Path(inspect.getfile(obj)).resolve()
+    except (TypeError, OSError):
+        return False
+    return home in source.parents
+
+
+def _what(obj: Any) -> str:
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if module and name:
+        return f"{module}.{name}"
+    return f"a {type(obj).__qualname__}"
+
+
 def replaced_names(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
     return tuple(name for name in TORCH_NAMES if before.get(name, _ABSENT) is not after.get(name, _ABSENT))
 

@@ -12,6 +12,7 @@ and the functions go into reproducers as they are written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
@@ -53,13 +54,41 @@ def register_profiles(prefix: str) -> None:
         settings.register_profile(prefix + name, **values)
 
 
-def share(divisor: int, floor: int) -> settings:
+# The floor: a test that ran fewer examples than this share of the smallest contract profile's
+# (cpugpu-default's), or without the generate phase, showed nothing of the axes hypothesis draws
+# (dtype, shape, flags, n), and is untested whatever its profile is called (judge.py). A third of
+# the default's: a team's quick profile of twenty examples is a test; max_examples=1 is not.
+FLOOR_SHARE = 3
+
+
+@dataclass(frozen=True)
+class Examples:
+    """A test's share of the profile's examples: 1/divisor of them, at least ``least``. Used as a
+    test decorator (the settings the test runs with), it also marks the test with its floor."""
+
+    divisor: int = 1
+    least: int = 1
+
+    def settings(self) -> settings:
+        return settings(max_examples=max(self.least, profile_examples() // self.divisor), **NEEDED)
+
+    def floor(self) -> int:
+        """The fewest examples this test may run and still count: its share of the floor."""
+        return max(self.least, min(p["max_examples"] for p in PROFILES.values()) // FLOOR_SHARE // self.divisor)
+
+    def __call__(self, test: Any) -> Any:
+        decorated = self.settings()(test)
+        decorated._cpugpu_floor = self.floor()
+        return decorated
+
+
+def share(divisor: int, floor: int) -> Examples:
     """1/divisor of the profile's examples, at least `floor`, with what the suite needs, as a test decorator.
 
     For tests whose main axis is a pytest parameter (a creation context, an engine-scale
     size): each parameter needs only a few examples.
     """
-    return settings(max_examples=max(floor, profile_examples() // divisor), **NEEDED)
+    return Examples(divisor, floor)
 
 
 def profile_examples() -> int:
@@ -69,6 +98,6 @@ def profile_examples() -> int:
     return current.max_examples
 
 
-def whole() -> settings:
+def whole() -> Examples:
     """The profile's examples, with what the suite needs, as a test decorator."""
-    return settings(**NEEDED)
+    return Examples()

@@ -27,10 +27,11 @@ from typing import Any
 
 from cpugpu_conformance.promises import RECORDED_ONLY
 
-from .stamps import COMPLETED, RAISED, SKIPPED, STOPPED
+from .stamps import COLLIDED, COMPLETED, RAISED, SHORT, SKIPPED, STOPPED
 
 HELD, FAILED, UNTESTED, WAIVED, CONTRACT_SKIPPED = "held", "failed", "untested", "waived", "contract_skipped"
 XPASS_STRICT = "[XPASS(strict)]"  # how pytest words the failure of a strict xfail test that passed
+RERUN = "rerun"  # pytest-rerunfailures' outcome for an attempt that failed and is run again
 
 
 @dataclass
@@ -50,6 +51,9 @@ class TestEvidence:
     observed: str | None = None
     dtypes: tuple[str, ...] = ()  # what its scenarios were built with
     state: dict[str, Any] | None = None  # a MutableStateTests test's record (state_judge.py)
+    attempts: int = 0  # how many times its body was called, over every rerun or repeat
+    failed_attempts: int = 0
+    hypothesis: dict[str, Any] | None = None  # the settings and examples it ran (stamps.ExamplesRan)
 
     @property
     def nodeid(self) -> str:
@@ -57,22 +61,38 @@ class TestEvidence:
 
     def add(self, when: str, outcome: str, props: Mapping[str, Any], message: str | None,
             skip_reason: str | None, wasxfail: str | None, state: dict[str, Any] | None = None) -> None:
-        self.outcomes[when] = outcome
-        if state is not None:
+        """One report's evidence. It accumulates over every attempt at the test (pytest-rerunfailures'
+        reruns, pytest-repeat's repeats, any plugin that runs a test again) and is never reset:
+        an attempt that raised leaves the test failed whatever a later attempt did."""
+        if outcome == RERUN:  # pytest-rerunfailures: an attempt that failed, before the next one
+            outcome = "failed"
+        if when == "call":
+            self.attempts += max(1, int(props.get("attempts") or 1))
+            if outcome == "failed" or props.get("stamp") == RAISED:
+                self.failed_attempts += 1
+        if self.outcomes.get(when) != "failed":
+            self.outcomes[when] = outcome
+        if state is not None and not _broken(self.state):
             self.state = state
-        if props.get("stamp") is not None:
+        if props.get("stamp") is not None and self.stamp not in (RAISED, COLLIDED):
             self.stamp, self.stamp_detail = props["stamp"], props.get("stamp_detail")
-        for name in ("blame", "reproducer", "observed"):
-            if props.get(name) is not None:
+        for name in ("blame", "reproducer", "observed"):  # the first attempt that left one keeps it
+            if props.get(name) is not None and getattr(self, name) is None:
                 setattr(self, name, props[name])
         if props.get("dtypes"):
-            self.dtypes = tuple(props["dtypes"])
+            self.dtypes = tuple(sorted({*self.dtypes, *props["dtypes"]}))
+        if props.get("hypothesis"):
+            self.hypothesis = dict(props["hypothesis"])
         if wasxfail is not None:
             self.wasxfail = wasxfail
         if outcome == "skipped" and self.skip_reason is None:
             self.skip_reason = skip_reason
         if outcome == "failed" and self.failed_when is None:
             self.failed_when, self.message = when, message
+
+
+def _broken(state: Mapping[str, Any] | None) -> bool:
+    return bool(state) and bool(state.get("broken") or state.get("errors"))
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,10 @@ def verdict_of(ev: TestEvidence) -> TestVerdict:
     """What one test shows, from its stamp first and its reports second."""
     facts = ev.facts
     skipped = "skipped" in ev.outcomes.values() and ev.wasxfail is None
+    if facts.get("collisions"):  # whatever it did, it did through the class's own helpers
+        return TestVerdict(UNTESTED, "not the contract's test: " + "; ".join(facts["collisions"]))
+    if ev.stamp == COLLIDED:
+        return TestVerdict(UNTESTED, f"not the contract's test: {ev.stamp_detail}")
     if ev.stamp == RAISED:
         return TestVerdict(FAILED, ev.message or ev.stamp_detail)
     if not facts.get("contract"):
@@ -102,7 +126,7 @@ def verdict_of(ev: TestEvidence) -> TestVerdict:
         return TestVerdict(UNTESTED, f"an error in its {ev.failed_when}: {ev.message or 'no message'}")
     if ev.stamp == SKIPPED:
         return TestVerdict(CONTRACT_SKIPPED, ev.stamp_detail)
-    if ev.stamp == STOPPED:
+    if ev.stamp in (STOPPED, SHORT):
         return TestVerdict(UNTESTED, ev.stamp_detail)
     if skipped:
         return TestVerdict(UNTESTED, f"skipped: {ev.skip_reason or 'no reason given'}")
@@ -148,7 +172,23 @@ class Inventory:
 
 
 def by_class_and_key(evidence: Mapping[str, TestEvidence]) -> dict[tuple[str, str], TestEvidence]:
-    return {(str(ev.facts["class"]), str(ev.facts["key"])): ev for ev in evidence.values()}
+    """(class, key) -> its evidence. Several tests with one key are repeats of one test (pytest-repeat's
+    --count): the worst of them stands for it, so a repeat that failed is never outvoted."""
+    out: dict[tuple[str, str], TestEvidence] = {}
+    for ev in evidence.values():
+        where = (str(ev.facts["class"]), str(ev.facts["key"]))
+        if where not in out or _standing(ev) < _standing(out[where]):
+            out[where] = ev
+    return out
+
+
+def _standing(ev: TestEvidence) -> int:
+    """0: it failed; 1: it showed nothing; 2: it held (the buffer's tests and MutableStateTests' alike)."""
+    if _broken(ev.state) or ev.stamp == RAISED or ev.failed_when == "call":
+        return 0
+    if ev.state is not None:
+        return 2 if "checked" in ev.state and ev.outcomes.get("call") == "passed" else 1
+    return 2 if verdict_of(ev).kind == HELD else 1
 
 
 def stand_in(evidence: Mapping[str, TestEvidence], cls: str, key: str, device: str | None) -> TestEvidence | None:
@@ -189,6 +229,8 @@ class Judgement:
             targets = [ev.blame] if ev.blame else own
             for promise in targets:
                 failure = {"test": nodeid, "message": verdict.why or "failed", "reproducer": ev.reproducer}
+                if ev.attempts > 1:  # a rerun or a repeat: the failure stands whatever the others did
+                    failure["attempts"] = {"total": ev.attempts, "failed": max(1, ev.failed_attempts)}
                 self.failures.setdefault((promise, str(ev.facts.get("device"))), []).append(failure)
             if ev.blame and ev.blame not in own:
                 self.blamed_elsewhere[nodeid] = ev.blame
@@ -201,6 +243,12 @@ class Judgement:
             if ev.failed_when is not None and self.verdicts[nodeid].kind != FAILED:
                 out.append({"test": nodeid, "message": ev.message or "failed"})
         return out
+
+    def settings_ran(self) -> dict[str, dict[str, Any]]:
+        """nodeid -> the hypothesis settings it ran under and the examples it executed (stamps.ExamplesRan),
+        for every test that ran hypothesis: the result file keeps them, and the gate compares like with like."""
+        return {nodeid: dict(ev.hypothesis, attempts=ev.attempts) for nodeid, ev in sorted(self.evidence.items())
+                if ev.hypothesis}
 
     def any_held(self) -> bool:
         """Whether any contract test ran its body to the end and held: something was tested."""

@@ -214,6 +214,10 @@ _WORKER_FACTS = "cpugpu_conformance"
 def pytest_testnodedown(node, error) -> None:
     """In the controller: the plan, warnings and run facts of the first worker to finish (they all agree)."""
     facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+    if facts and facts.get("torch_replaced"):
+        node.config.stash[recording.TORCH_REPLACED] = facts["torch_replaced"]
+    if facts and facts.get("refused") and node.config.stash.get(PLAN, None) is not None:
+        node.config.stash[REFUSED] = facts["refused"]  # a refusal after the first worker reported its plan
     if facts and facts.get("run") is not None and RUN_FACTS not in node.config.stash:
         node.config.stash[RUN_FACTS] = facts["run"]
     if facts and node.config.stash.get(PLAN, None) is None:
@@ -394,6 +398,9 @@ def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: the classes left are the ones tested
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _say_collisions(config, items)
+    if REFUSED not in config.stash and any(_kind(item)[0] for item in items):
+        _check_torch_is_torch(config, "before the tests")
     ours = [item for item in items if _ours(getattr(item, "cls", None))]
     if not ours:
         return
@@ -439,6 +446,46 @@ def _why_not_wanted(item: pytest.Item, config: pytest.Config) -> str:
     elsewhere = sorted({d for p in promises for d in APPLIES_TO.get(p, ()) if d not in plan.tested})
     missing = "; ".join(f"{d} is not tested here ({plan.entry(d).get('reason', 'not requested')})" for d in elsewhere)
     return "; ".join(whys) + (f": {missing}" if missing else "")
+
+
+def _torch_replaced(when: str) -> str | None:
+    """The one line that says torch's functions are not torch's own (impl.not_torchs_own), or None."""
+    from cpugpu_conformance.impl import not_torchs_own
+
+    replaced = not_torchs_own()
+    if not replaced:
+        return None
+    return (f"torch is not torch's own {when}: {'; '.join(replaced)}: the contract rests on these, and a run "
+            "against a replacement shows nothing (find what patches them: the class under test's module, a "
+            "conftest, a plugin)")
+
+
+def _check_torch_is_torch(config: pytest.Config, when: str) -> None:
+    """The run is an error, naming each function, when the tests would run against a patched torch
+    (the class's module was imported by now: the library's classes are collected)."""
+    why = _torch_replaced(when)
+    if why is None:
+        return
+    config.stash[recording.TORCH_REPLACED] = why
+    if hasattr(config, "workeroutput"):  # an xdist worker runs nothing and hands the refusal on (one line)
+        config.stash[REFUSED] = why
+        config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
+        config.workeroutput[_WORKER_FACTS]["refused"] = why
+        return
+    exc = pytest.UsageError(why)
+    _record_usage_error(config.pluginmanager.get_plugin("cpugpu-cell-recorder"), exc)
+    raise exc
+
+
+def _say_collisions(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Once per class: the names it defines that the library uses (surface.py). Every test of it is
+    untested (judge.py); the warning says why, and how to mend it, in the run's last lines."""
+    from .surface import collisions
+
+    classes = {item.cls for item in items if _kind(item)[0]}
+    for cls in sorted(classes, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+        for line in collisions(cls):
+            config.stash[WARNINGS].append(f"every test of {cls.__module__}.{cls.__qualname__} is untested: {line}")
 
 
 def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -499,6 +546,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if "torch" in sys.modules and _INVENTORY in config.stash and _inventory(config).items \
+            and not _hands_tests_to_workers(config) and recording.TORCH_REPLACED not in config.stash:
+        # Where the tests ran: a test (or a fixture) that patched torch and left it patched.
+        why = _torch_replaced("at the end of the run")
+        if why is not None:
+            config.stash[recording.TORCH_REPLACED] = why
+            if hasattr(config, "workeroutput"):
+                config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
+                config.workeroutput[_WORKER_FACTS]["torch_replaced"] = why
     # Every requested device missing means nothing was tested: never let that read as a pass.
     if REFUSED in session.config.stash:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR

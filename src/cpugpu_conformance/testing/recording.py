@@ -31,6 +31,7 @@ from cpugpu_conformance.results import known_failures
 
 from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
+from . import threads
 from .reports import CRASH_PHASE, FACTS, Crash, message, skip_reason, worker_exit, worker_id
 from .state_judge import REPORT_KEY as STATE_REPORT_KEY
 from .state_judge import section as state_section
@@ -54,6 +55,8 @@ REFUSED = pytest.StashKey[str]()
 # Inventory as data, manifest.required, manifest.area_of): worked out where tests are collected,
 # carried from an xdist worker to the controller.
 RUN_FACTS = pytest.StashKey[dict]()
+# The line that says a test left torch patched (plugin.py checks torch again where the tests ran).
+TORCH_REPLACED = pytest.StashKey[str]()
 
 
 
@@ -101,6 +104,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine(),
+        **threads.environment(),  # the intra-op thread counts the tests and the copies ran with
     }
 
 
@@ -170,6 +174,7 @@ class CellRecorder:
         self.answer: results.Answer | None = None
         self.exitstatus: int | None = None  # as exit_status decided it
         self.known_failures: known_failures.KnownFailures | None = None  # the team's file (plugin.py loads it)
+        self.washed_out = False  # pytest said 0 for a run in which a contract test failed (a rerun passed)
 
     @property
     def plan(self) -> DevicePlan | None:
@@ -350,6 +355,10 @@ class CellRecorder:
         crashes = self._crash_lines()
         if crashes:
             return "crashed", "\n".join(crashes), []
+        if TORCH_REPLACED in self.config.stash:
+            return "error", self.config.stash[TORCH_REPLACED], []
+        if REFUSED in self.config.stash and exitstatus == pytest.ExitCode.USAGE_ERROR:  # an xdist worker's refusal
+            return "error", f"usage error (pytest exit status 4): {self.config.stash[REFUSED]}", []
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
             return "completed", None, []
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -378,6 +387,8 @@ class CellRecorder:
         status, detail, stop_warnings = self._status(session)
         if status == "interrupted" and self.sets_exit:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+        if status == "error" and TORCH_REPLACED in self.config.stash:  # in any run: never green
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if status == "crashed" and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) \
                 and self.sets_exit:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a crash is never a clean exit
@@ -397,6 +408,11 @@ class CellRecorder:
         state = self._state_section()
         if state:  # a section of its own: a buffer class's result file is unchanged
             verdicts["mutable_state"] = state
+        self.washed_out = any(f["attempts"]["failed"] < f["attempts"]["total"] for found in judged.failures.values()
+                              for f in found if f.get("attempts"))
+        ran = judged.settings_ran()
+        if ran:
+            verdicts["hypothesis_ran"] = ran
         run_fields = self._run_fields()
         # The rule reads the environment too (promise 11 is not applicable beside an accelerator).
         self.answer = results.CellResult.new(self.name, status, detail=detail, environment=run_fields["environment"],
@@ -407,6 +423,10 @@ class CellRecorder:
             session.exitstatus = self.exitstatus
         elif self.known_failures is not None:  # a project's own run: only what the file promises changes
             session.exitstatus = _with_known_failures(session.exitstatus, self.answer)
+        if session.exitstatus == pytest.ExitCode.OK and self.answer.kind == "failed":
+            # A project's own run whose last attempts passed (pytest-rerunfailures, a repeat): an attempt
+            # that failed is a failure of the contract, and no rerun washes it out of the exit code.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.path is None:
             return
         self._write(results.CellResult.new(
@@ -425,13 +445,27 @@ class CellRecorder:
         assert self.path is not None, "a result is written only to a result path"
         self.written, self.status = str(result.write(self.path)), result.status
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        self._say_known_failures(terminalreporter)
-        self._say_untested(terminalreporter)
-        if not self.written:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
+        """After pytest's own summary (its FAILED lines): the run's last lines are the contract's answer."""
+        try:
+            return (yield)
+        finally:
+            self._say_known_failures(terminalreporter)
+            self._say_failed(terminalreporter)
+            self._say_untested(terminalreporter)
+            if self.written:
+                note = "" if self.status == "completed" else f" (status: {self.status})"
+                terminalreporter.write_line(f"cell result written to {self.written}{note}",
+                                            red=self.status != "completed")
+
+    def _say_failed(self, terminalreporter: Any) -> None:
+        """Each promise and device that failed, with its one-line reason, as the result file has them."""
+        if self.answer is None or self.answer.kind != "failed":
             return
-        note = "" if self.status == "completed" else f" (status: {self.status})"
-        terminalreporter.write_line(f"cell result written to {self.written}{note}", red=self.status != "completed")
+        rerun = " (an attempt that failed counts, whatever a rerun did)" if self.washed_out else ""
+        terminalreporter.write_line(f"cpugpu-conformance: the contract does not hold{rerun}:", red=True)
+        _write_some(terminalreporter, list(self.answer.lines), 12)
 
     def _say_known_failures(self, terminalreporter: Any) -> None:
         """What the team's known-failures file did: failures it lists, and listings that passed."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import surface
 from .keys import key_of_item
 
 if TYPE_CHECKING:  # the reproducer imports torch, which xdist's controller never needs
@@ -90,6 +91,9 @@ def item_facts(item: pytest.Item, kind: str | None = None) -> dict[str, Any]:
     }
     if kind is not None:  # a MutableStateTests test: judged in a section of its own (state_judge.py)
         facts["kind"] = kind
+    collided = surface.collisions(cls) if isinstance(cls, type) else ()
+    if collided:  # the class changed what the library calls: every test of it is untested (judge.py)
+        facts["collisions"] = list(collided)
     return facts
 
 
@@ -104,7 +108,11 @@ def annotate(item: pytest.Item, report: pytest.TestReport, kind: str | None = No
     facts = item_facts(item, kind)
     record = item.stash.get(RECORD, None)
     if record is not None:
-        facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail, dtypes=sorted(record.dtypes))
+        facts.update(stamp=record.stamp, stamp_detail=record.stamp_detail, dtypes=sorted(record.dtypes),
+                     attempts=getattr(record, "attempts", 0))
+        ran = getattr(record, "examples_ran", None)
+        if ran is not None:
+            facts["hypothesis"] = ran.as_data()
         if record.observed is not None:
             facts["observed"] = record.observed
         if report.when == "call" and (record.stamp == "raised" or report.failed):
