@@ -124,18 +124,20 @@ def test_hard_links_at_every_name_are_replaced_and_their_other_names_untouched(t
     out = tmp_path / "out"
     out.mkdir()
     precious = {}
+    # At the result file's name, an earlier result of ours (anything else there is refused untouched).
+    earlier = json.dumps({"schema": "cpugpu-conformance/cell-result", "said": "an earlier check's"})
     for name in (*NAMES, _cell_json()):
         keep = tmp_path / f"precious-{name}"
-        keep.write_text(OUTSIDE)
+        keep.write_text(earlier if name == _cell_json() else OUTSIDE)
         os.link(keep, out / name)
-        precious[name] = keep
+        precious[name] = (keep, keep.read_text())
     proofs = tmp_path / "test_proofs.py"
     proofs.write_text(PROOFS)
     proc = _run(tmp_path, out, "--", "--promise", "1", proofs=proofs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name, keep in precious.items():
-        assert keep.read_text() == OUTSIDE, f"{name}'s other name was written through"
-        assert (out / name).read_text() != OUTSIDE and (out / name).stat().st_nlink == 1, name
+    for name, (keep, text) in precious.items():
+        assert keep.read_text() == text, f"{name}'s other name was written through"
+        assert (out / name).read_text() != text and (out / name).stat().st_nlink == 1, name
     assert "gpu_check: exit 0" in (out / "summary.txt").read_text()
     assert sorted(p.name for p in out.iterdir()) == sorted([*NAMES, _cell_json()])  # no temporary file left
 

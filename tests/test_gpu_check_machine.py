@@ -146,7 +146,8 @@ def test_beside_a_gpu_this_torch_cannot_use_the_check_is_untested_before_anythin
     out = tmp_path / "out"
     out.mkdir()
     stale = out / f"installed-torch-{torch.__version__.split('+')[0]}-all.json"
-    stale.write_text(json.dumps({"status": "completed", "said": "an earlier pass"}))
+    stale.write_text(json.dumps({"schema": "cpugpu-conformance/cell-result", "status": "completed",
+                                 "said": "an earlier pass"}))
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "--jobs", "1"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 6, proc.stdout + proc.stderr
@@ -158,3 +159,65 @@ def test_beside_a_gpu_this_torch_cannot_use_the_check_is_untested_before_anythin
     assert last.startswith("gpu_check: exit 6 (untested: no step ran")
     assert (out / "summary.txt").read_text() == f"{first}\n{last}\n"
     assert sorted(p.name for p in out.iterdir()) == ["summary.txt"]  # no suite, no proofs; the old pass is gone
+
+
+# --- no NVIDIA GPU at all (issue 28, item 6): one line up front, not 95 s of skipped cuda tests
+
+NO_GPU = GpuFacts(torch="2.13.0+cpu")
+
+
+@pytest.mark.parametrize(("device", "proofs_for", "asked"), [
+    ("all", "cuda", "the suite on --device all and the proofs for cuda"),  # the defaults
+    ("cuda", "cpu", "the suite on --device cuda would"),
+    ("cpu", "cuda", "so the proofs for cuda would"),
+])
+def test_no_nvidia_gpu_is_one_line_when_anything_asked_is_about_cuda(device, proofs_for, asked):
+    line = gpu_check.no_gpu(device, proofs_for, NO_GPU)
+    assert line is not None and "\n" not in line and line.startswith("gpu_check: untested: no NVIDIA GPU on this machine")
+    assert asked in line and "torch 2.13.0+cpu sees no CUDA device" in line
+    assert "--device cpu --proofs-for cpu" in line and "--cpu-half" in line
+
+
+@pytest.mark.parametrize(("device", "proofs_for", "facts", "cpu_half"), [
+    ("cpu", "cpu", NO_GPU, False),  # the CPU alone, asked for
+    ("all", "cuda", NO_GPU, True),  # --cpu-half: run anyway
+    ("all", "cuda", GpuFacts(torch="2.11.0+cu128", torch_cuda="12.8", cuda_available=True), False),
+    ("all", "cuda", CPU_BUILD_BESIDE_A_GPU, False),  # a GPU torch cannot use: gpu_unusable's line, not this one
+], ids=["cpu-asked", "cpu-half", "usable-gpu", "unusable-gpu"])
+def test_no_such_line_where_only_the_cpu_is_asked_about_or_there_is_a_gpu(device, proofs_for, facts, cpu_half):
+    assert gpu_check.no_gpu(device, proofs_for, facts, cpu_half) is None
+
+
+def _no_nvidia_here() -> bool:
+    return not torch.cuda.is_available() and gpu_check.nvidia_on_this_machine()["nvidia"] is None
+
+
+@pytest.mark.skipif(not _no_nvidia_here(), reason="this machine has an NVIDIA GPU: nothing to refuse")
+def test_on_a_machine_with_no_nvidia_gpu_the_default_check_says_so_up_front_and_runs_nothing(tmp_path):
+    import time
+
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "--jobs", "1"], cwd=tmp_path, env=_gpu_image(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - started
+    assert proc.returncode == 6, proc.stdout + proc.stderr
+    first, last = proc.stderr.strip().splitlines()
+    assert first.startswith("gpu_check: untested: no NVIDIA GPU on this machine (torch ")
+    assert last == "gpu_check: exit 6 (untested: no step ran, this machine has no NVIDIA GPU)"
+    assert proc.stdout == "" and sorted(p.name for p in out.iterdir()) == ["summary.txt"]  # no suite, no proofs ran
+    assert took < 60, f"{took:.0f} s: the refusal comes before the suite and the proofs"
+
+
+def test_a_file_of_someone_elses_at_the_result_files_name_is_refused_untouched(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    notes = out / f"installed-torch-{torch.__version__.split('+')[0]}-cpu.json"
+    notes.write_text('{"my": "notes"}\n')
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "--device", "cpu", "--proofs-for", "cpu", "--jobs",
+                           "1"], cwd=tmp_path, env=_gpu_image(tmp_path), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f'gpu_check: {notes}: holds no cell result (JSON with no "schema" key): it is left as it is, since a result '
+        "is written only at a new path or over a result file; remove it or choose another path"]
+    assert notes.read_text() == '{"my": "notes"}\n'

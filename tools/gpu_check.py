@@ -35,6 +35,9 @@ in one line (exit 4) before anything runs.
 Before anything runs, on a machine with an NVIDIA GPU that torch cannot use (torch built for a
 newer CUDA than the driver's, or without CUDA), the check says so in one line, with the torch
 build, its CUDA and the driver's, and exits 6 (untested), unless ``--device cpu`` is asked for.
+On a machine with no NVIDIA GPU at all, a check that asks about cuda (the defaults) says so in one
+line and exits 6 before anything runs, unless ``--cpu-half`` asks to run it anyway (the cuda half
+untested, never a pass); ``--device cpu --proofs-for cpu`` checks the CPU alone.
 
 Exit code: 0 when the suite passed on every device asked for (its result file says so) and
 every proof held; otherwise the suite's own code when it was not 0 (1 a promise failed, 2
@@ -404,6 +407,19 @@ def refuse_unless_replaceable(path: Path) -> None:
                       "files whole and writes through nothing; remove it or name another output folder")
 
 
+def refuse_unless_a_result(path: Path) -> None:
+    """The result file's name holds nothing, or one of our result files (an earlier check's), which is
+    removed before the suite runs: anything else there (notes, another tool's JSON) is refused untouched."""
+    from cpugpu_conformance import results
+
+    try:
+        results.check_result_path(path)
+    except results.NotRegularFile as exc:
+        raise Refused(f"gpu_check: {exc}") from None
+    except OSError as exc:
+        raise Refused(f"gpu_check: cannot look at {path}: {exc.strerror or exc}") from None
+
+
 def prepare_out(raw: str) -> Path:
     """The output folder, absolute and made, checked before anything runs: writable, and nothing
     but plain files at the names gpu_check writes (the result file's is checked once known)."""
@@ -526,6 +542,23 @@ def gpu_unusable(device: str, facts: GpuFacts) -> str | None:
     return " ".join(line.split())[:800]  # one line, whatever torch said
 
 
+def no_gpu(device: str, proofs_for: str, facts: GpuFacts, cpu_half: bool = False) -> str | None:
+    """One line when the check is asked about CUDA (the suite on ``all`` or ``cuda``, the proofs for
+    cuda: the defaults) on a machine with no NVIDIA GPU at all: the suite's cuda half and every cuda
+    proof would be skipped after minutes, and the answer could not be a pass. None when there is a GPU
+    (usable or not: gpu_unusable judges that), when only the CPU is asked about, or with ``cpu_half``
+    (--cpu-half: run anyway, knowing the cuda half goes untested)."""
+    asks_cuda = device in ("all", "cuda") or proofs_for == "cuda"
+    if cpu_half or not asks_cuda or facts.cuda_available or facts.nvidia:
+        return None
+    asked = [part for part, wanted in ((f"the suite on --device {device}", device in ("all", "cuda")),
+                                       (f"the proofs for {proofs_for}", proofs_for == "cuda")) if wanted]
+    return (f"gpu_check: untested: no NVIDIA GPU on this machine (torch {facts.torch} sees no CUDA device; no "
+            f"/proc/driver/nvidia/version, nvidia-smi or /dev/nvidia0), so {' and '.join(asked)} would check nothing "
+            "of a GPU: nothing was run; run it on the GPU machine, or here check the CPU alone with --device cpu "
+            "--proofs-for cpu, or add --cpu-half to run this check anyway (its cuda half untested, never a pass)")
+
+
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
@@ -615,12 +648,14 @@ def nvidia_on_this_machine(proc_version: Path = Path("/proc/driver/nvidia/versio
     return {"nvidia": nvidia, "driver": driver, "driver_cuda": driver_cuda}
 
 
-def gather_facts(device: str, python: str = sys.executable) -> GpuFacts:
-    """The torch's facts; the machine's too where they decide something (a GPU asked for, torch sees none)."""
+def gather_facts(device: str, python: str = sys.executable, gpu_asked: bool | None = None) -> GpuFacts:
+    """The torch's facts; the machine's too where they decide something (a GPU asked for, torch sees
+    none). ``gpu_asked``: whether anything of the check is about cuda (default: the suite's device is
+    not cpu)."""
     found = probe_torch(python)
     driver_cuda = found.pop("driver_cuda", None)
     facts = GpuFacts(**found, driver_cuda=driver_cuda)
-    if device == "cpu" or facts.cuda_available:
+    if not (device != "cpu" if gpu_asked is None else gpu_asked) or facts.cuda_available:
         return facts
     return GpuFacts(**found, **nvidia_on_this_machine(driver_cuda=driver_cuda))
 
@@ -772,6 +807,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("out", help="folder for the result file, the logs and summary.txt (made if missing)")
     parser.add_argument("--device", default="all", help="the suite's --device (default: all, every device of the registry)")
     parser.add_argument("--proofs-for", default="cuda", help="the device whose variant and alternative proofs run (default: cuda)")
+    parser.add_argument("--cpu-half", action="store_true",
+                        help="on a machine with no NVIDIA GPU, run the check anyway: only its CPU half can run, the "
+                             "cuda half is untested and the answer is no pass (without it, such a machine is refused "
+                             "in one line, exit 6, before anything runs)")
     parser.add_argument("--proofs-k", default="", help="a pytest -k expression narrowing the proofs further")
     parser.add_argument("--proofs", nargs="+", default=list(PROOF_MODULES), metavar="PATH",
                         help=f"the test files holding the proofs, relative to the checkout (default: {' '.join(PROOF_MODULES)})")
@@ -811,16 +850,21 @@ def check(args: argparse.Namespace) -> int:
     summary = Summary(out)
     phase = "the checks before the suite"
     try:
-        facts = gather_facts(args.device)
+        facts = gather_facts(args.device, gpu_asked=args.device in ("all", "cuda") or args.proofs_for == "cuda")
         cell = cell_name(facts.release, args.device)
         result = out / f"{cell}.json"
         refuse_unless_replaceable(result)
+        refuse_unless_a_result(result)
         with contextlib.suppress(FileNotFoundError):
             result.unlink()  # an earlier check's pass must not stand for a suite that writes nothing this time
         unusable = gpu_unusable(args.device, facts)
         if unusable:
             summary.lines.append(unusable)
             return summary.end(EXIT_PARTLY, "untested: no step ran, torch cannot use this machine's GPU")
+        absent = no_gpu(args.device, args.proofs_for, facts, args.cpu_half)
+        if absent:
+            summary.lines.append(absent)
+            return summary.end(EXIT_PARTLY, "untested: no step ran, this machine has no NVIDIA GPU")
         # The suite's workers each open a CUDA context: half the cores is plenty for its ~130 tests.
         phase = "the suite"
         command = suite_command(result, cell, args.device, max(1, args.jobs // 2), args.profile, args.suite_args)
