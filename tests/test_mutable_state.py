@@ -10,7 +10,9 @@ in every context.
 from __future__ import annotations
 
 import collections
+import functools
 import json
+import re
 import os
 import subprocess
 import sys
@@ -249,24 +251,170 @@ def test_the_walk_never_calls_properties_or_getattr():
     assert paths(state) == ["state.held"] and Lazy.calls == 0
 
 
-def test_the_walk_does_not_enter_tensors_modules_classes_functions_or_torch_internals():
+GLOBAL_TENSOR = inference(1)  # a module's: a function that reads it does not hold it
+
+
+def reads_a_global():
+    return GLOBAL_TENSOR
+
+
+def test_the_walk_does_not_enter_tensors_modules_classes_globals_generators_or_torch_internals():
     t = torch.zeros(1)
     t.hidden = inference(1)  # a tensor's own attribute: no state of the object's
 
     class Holder:
         secret = inference(1)  # a class attribute: the class's, not the object's
 
+        def method(self, default=inference(1)):  # the class's function: its defaults are the class's too
+            return default
+
     def function():
         return None
 
-    function.attribute = inference(1)
+    function.attribute = inference(1)  # a function's attribute: not what it keeps alive to run
     hidden_ref = inference(1)
+
+    def generator(local=None):
+        local = inference(1)  # a suspended frame's local: no attribute of anything, changes at every step
+        yield local
+
+    gen = generator()
+    next(gen)
     state = types.SimpleNamespace(t=t, cls=Holder, module=types.ModuleType("m", None), f=function,
-                                  method=Holder().__init__, ref=weakref.ref(Holder), gen=torch.Generator(),
+                                  method=Holder().method, ref=weakref.ref(Holder), rng=torch.Generator(),
                                   array=np.zeros(2), dtype=torch.float32, device=torch.device("cpu"),
-                                  exc=ValueError(hidden_ref))
+                                  exc=ValueError(hidden_ref), reads=reads_a_global, gen=gen, builtin=len)
     state.module.x = inference(1)
     assert paths(state) == ["state.t"]
+
+
+@pytest.mark.parametrize("cls", [es.PartialKernel, es.BoundWriter, es.ClosureStep, es.DefaultArgument],
+                         ids=lambda c: c.__name__)
+def test_the_walk_follows_partials_bound_methods_closures_and_defaults(cls):
+    state = cls(torch.device("cpu"))
+    state.warm_up()
+    found = walk(state).tensors
+    assert [path for path, _ in found] == [cls.BAD_PATH]
+    assert eval(cls.BAD_PATH, {"state": state}) is found[0][1]  # a path that is Python
+
+
+def test_a_partials_func_args_and_keywords_and_a_builtin_methods_self_are_walked():
+    ws = es.Cache(torch.zeros(1))
+    kernel = functools.partial(es.Cache(torch.zeros(2)).write, torch.zeros(3), out=torch.zeros(4))
+    t = torch.zeros(5)
+    state = types.SimpleNamespace(kernel=kernel, add=t.add_, run=ws.write, lam=lambda: None)
+    assert paths(state) == ["state.add.__self__", "state.kernel.args[0]", "state.kernel.keywords['out']",
+                            "state.run.__self__.buf", "state.kernel.func.__self__.buf"]
+
+
+def test_a_closure_cell_not_filled_yet_is_passed_over():
+    def outer():
+        def inner():
+            return later
+
+        state = types.SimpleNamespace(f=inner)
+        found = paths(state)
+        later = torch.zeros(1)
+        return found, paths(state)
+
+    before, after = outer()
+    assert before == [] and after == ["state.f.__closure__[0].cell_contents"]
+
+
+@pytest.mark.parametrize("cls, use", [
+    (es.PartialKernel, lambda s: s.step()),
+    (es.BoundWriter, lambda s: s.write(torch.ones(4))),
+    (es.ClosureStep, lambda s: s.step()),
+    (es.DefaultArgument, lambda s: s.fill(torch.ones(4))),
+], ids=lambda x: getattr(x, "__name__", ""))
+def test_a_tensor_only_a_callable_holds_is_rejected_and_the_engine_hits_it(cls, use):
+    state = built_in_inference_mode(cls)
+    with pytest.raises(AssertionError) as caught:
+        assert_mutable_state(state)
+    assert names(str(caught.value), cls.BAD_PATH) and SEED_ERROR in str(caught.value), str(caught.value)
+    with pytest.raises(RuntimeError, match=SEED_ERROR):  # its first use outside inference mode
+        use(state)
+
+
+@pytest.mark.parametrize("cls", [es.FixedPartialKernel, es.FixedKeywordKernel, es.CachedWorkspace],
+                         ids=lambda c: c.__name__)
+def test_partial_held_and_cached_workspaces_that_are_fixed_pass_and_take_their_updates(cls):
+    state = built_in_inference_mode(cls)
+    checked = assert_mutable_state(state)
+    assert checked.checked == 1 and not checked.bad
+    if hasattr(state, "step"):
+        assert torch.equal(state.step(), torch.ones(8))
+    assert [p for p, _ in walk(state).tensors] == [getattr(cls, "PATH", None) or
+                                                   {"CachedWorkspace": "state.workspace"}.get(cls.__name__,
+                                                                                              "state.kernel.args[0]")]
+
+
+# --- a view that requires grad, made in a mode: refused in grad mode (issue 29)
+
+
+def test_a_view_of_a_parameter_made_in_inference_mode_is_refused_in_grad_mode_only():
+    state = built_in_inference_mode(es.ParameterView)
+    head = state.head
+    assert not head.is_inference() and head.requires_grad
+    with torch.no_grad():
+        head.copy_(head)  # under no_grad() torch takes the update: the old check passed it
+    with pytest.raises(RuntimeError, match="A view was created in inference mode and is being modified inplace"):
+        head.copy_(head)
+    with pytest.raises(AssertionError) as caught:
+        assert_mutable_state(state)
+    message = str(caught.value)
+    assert message.startswith("state: 1 of 2 tensors would refuse an in-place update"), message
+    assert ("\n  state.head: a view that requires grad: an in-place update in grad mode raised RuntimeError: "
+            "A view was created in inference mode") in message
+    assert "state.weight" not in message  # the parameter itself is no view: updated under no_grad(), as engines do
+
+
+def test_a_view_made_under_no_grad_is_refused_in_grad_mode_too():
+    state = es.ParameterView(torch.device("cpu"))
+    with torch.no_grad():
+        state.warm_up()
+    bad = check_state(state).bad
+    assert [path for path, _ in bad] == ["state.head"] and "created in no_grad mode" in bad[0][1], bad
+
+
+def test_what_the_grad_mode_check_rejects_is_what_the_serving_loop_hits():
+    broken, fixed = built_in_inference_mode(es.EmbeddingRows), built_in_inference_mode(es.FixedEmbeddingRows)
+    assert [p for p, _ in check_state(broken).bad] == ["state.rows"]
+    with pytest.raises(RuntimeError, match="A view was created in inference mode"):
+        broken.serve()
+    assert assert_mutable_state(fixed).checked == 3
+    fixed.serve()
+
+
+def test_views_of_parameters_made_plainly_pass_and_get_no_graph_from_the_check():
+    state = built_in_inference_mode(es.FixedParameterView)
+    assert assert_mutable_state(state).checked == 2  # autograd's own rule for leaves is not the state's fault
+    assert state.weight.grad_fn is None and state.head.requires_grad  # no graph written into them
+    leaf = torch.nn.Parameter(torch.zeros(3))
+    assert in_place_refusal(leaf) is None and in_place_refusal(leaf[:2]) is None and in_place_refusal(leaf * 2) is None
+    base = torch.ones(3)
+    with torch.inference_mode():
+        unbound = base[:2]  # a view made in inference mode that requires no grad: grad mode is no matter
+    assert in_place_refusal(unbound) is None
+
+
+# --- the name a failure's paths start with (issue 29)
+
+
+@pytest.mark.parametrize("name", ["InputBuffers(new", "", "class", "engine..runner", "runner.", "9lives", "a b",
+                                  "state['x']", 3, None])
+def test_a_name_that_is_not_python_is_refused_in_one_line(name):
+    with pytest.raises(ValueError) as caught:
+        assert_mutable_state(torch.zeros(1), name=name)
+    text = str(caught.value)
+    assert "\n" not in text and text == (f"assert_mutable_state: name={name!r} is not a Python identifier or dotted "
+                                         "path (e.g. 'runner' or 'engine.runner'): every path it prints starts with it")
+
+
+@pytest.mark.parametrize("name", ["runner", "engine.runner", "_private", "self.model.cache", "état"])
+def test_a_name_that_is_python_starts_every_path(name):
+    with pytest.raises(AssertionError, match=rf"\n  {re.escape(name)}\.bad: an inference tensor"):
+        assert_mutable_state(types.SimpleNamespace(good=torch.zeros(1), bad=inference(1)), name=name)
 
 
 # --- exclusions

@@ -207,12 +207,21 @@ def walk(obj: Any, root: str = "state", *, exclude: Mapping[str, str] | None = N
         alive.append(value)
         if kind == _TENSOR:
             found.tensors.append((_render(node), value))
-            if grads and value.is_leaf and value.grad is not None:  # .grad of a non-leaf warns, and is None
-                queue.append((value.grad, _child(node, "", ".grad")))
+            grad = _grad(value) if grads else None
+            if grad is not None:
+                queue.append((grad, _child(node, "", ".grad")))
         else:
             queue.extend(_CHILDREN[kind](value, node))
     found.unmatched = {path: reason for path, reason in exclusions.items() if path not in found.excluded}
     return found
+
+
+def _grad(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A leaf's .grad (a non-leaf's warns, and is None)."""
+    try:
+        return tensor.grad if tensor.is_leaf else None
+    except RuntimeError:  # a view made in inference mode whose base changed since: no graph to ask (checked as it is)
+        return None
 
 
 def _short(node: _Node, limit: int = 200) -> str:
