@@ -307,4 +307,4 @@ def test_help_of_each_matrix_command(command, capsys):
 def test_a_matrix_command_without_the_tools_extra_is_one_line(command, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "yaml", None)
     assert cli.main([command, "--help"]) == ExitCode.USAGE
-    assert capsys.readouterr().err == f"cpugpu-conformance {command} needs yaml: {cli.TOOLS_EXTRA}\n"
+    assert capsys.readouterr().err == f"cpugpu-conformance {command} needs yaml: {cli.tools_extra()}\n"

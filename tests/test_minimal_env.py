@@ -45,4 +45,4 @@ def test_help_lists_every_command_and_the_extra_the_tools_need(minimal, tmp_path
     assert proc.returncode == 0, proc.stderr
     text = "".join(proc.stdout.split())  # argparse wraps lines, at hyphens too
     assert "runruntheconformancesuite" in text
-    assert "gateunavailable:needsjsonschema(pipinstall'cpugpu-conformance[tools]')" in text
+    assert 'gateunavailable:needsjsonschema(addthetoolsextratoyourinstall:pipinstall"cpugpu-conformance[tools]@file://' in text

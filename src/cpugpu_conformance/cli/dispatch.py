@@ -20,7 +20,11 @@ from types import ModuleType
 from .. import __version__
 from ..exits import ExitCode
 
-TOOLS_EXTRA = "pip install 'cpugpu-conformance[tools]'"
+def tools_extra() -> str:
+    """How to add the [tools] extra to the install the user has (cli/extra.py): not PyPI, where the package is not."""
+    from .extra import install_hint
+
+    return f"add the tools extra to your install: {install_hint()}"
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class MissingExtra(Exception):
     """An optional package a subcommand needs is not installed; the message is one line naming it."""
 
     def __init__(self, command: str, package: str) -> None:
-        super().__init__(f"cpugpu-conformance {command} needs {package}: {TOOLS_EXTRA}")
+        super().__init__(f"cpugpu-conformance {command} needs {package}: {tools_extra()}")
         self.package = package
 
 
@@ -81,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = load(name)
         except MissingExtra as exc:
-            sub.add_parser(name, help=f"unavailable: needs {exc.package} ({TOOLS_EXTRA})", add_help=False)
+            sub.add_parser(name, help=f"unavailable: needs {exc.package} ({tools_extra()})", add_help=False)
             continue
         sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub_parser)
