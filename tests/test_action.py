@@ -245,9 +245,10 @@ def test_the_install_step_installs_the_package_as_a_wheel_would(installed_action
 
 
 def run_action(tmp_path: Path, workspace: Path, inputs: dict[str, str], github: dict | None = None, *,
-               runner_bin: Path) -> ActionRun:
+               runner_bin: Path, env: dict[str, str] | None = None) -> ActionRun:
+    """The action's steps, run here as GitHub runs them; ``env``: the job's own environment variables."""
     temp = tmp_path / "runner-temp"
-    temp.mkdir()
+    temp.mkdir(exist_ok=True)  # a test may leave what an earlier use of the action in the job left there
     summary = tmp_path / "step-summary.md"
     given = {name: inputs.get(name, spec.get("default", "")) for name, spec in ACTION["inputs"].items()}
     unknown = set(inputs) - set(given)
@@ -259,7 +260,7 @@ def run_action(tmp_path: Path, workspace: Path, inputs: dict[str, str], github: 
             if not k.startswith(("GITHUB_", "RUNNER_", "PYTEST_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # The runner's Python, where the install step put the package (installed_action); uv beside it.
     base.update(PATH=f"{runner_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}", GITHUB_WORKSPACE=str(workspace),
-                GITHUB_ACTION_PATH=str(REPO), RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary))
+                GITHUB_ACTION_PATH=str(REPO), RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary), **(env or {}))
     run = ActionRun()
     for number, step in enumerate(STEPS):
         name = step.get("name") or step.get("uses", f"step {number}")
@@ -444,6 +445,30 @@ def test_a_bad_known_failures_file_stops_at_the_first_cell_and_never_passes(tmp_
     assert "--known-failures kf.toml: [[known_failure]] 1: no reason" in run.logs["Baseline cell"]
     assert run.outcomes["Candidate cell"] == run.outcomes["Gate"] == "skipped"
     assert run.exit_code == 2 and run.summary == ""
+
+
+def test_a_job_whose_pytest_never_loads_the_plugin_leaves_no_earlier_pass_for_the_gate(tmp_path, installed_action):
+    """Issue 28, item 6: the job sets PYTEST_ADDOPTS="-p no:<the plugin>", and an earlier use of the action in
+    the job left passing results where the cells write. Each cell marks its path before pytest starts, so
+    the gate reads this run's answers (the baseline's: error), never the earlier passes."""
+    import result_factory as rf
+
+    baseline = torch_release()
+    workspace = tmp_path / "team"
+    workspace.mkdir()
+    results_dir = tmp_path / "runner-temp" / "cpugpu-conformance" / "results"
+    for release in (baseline, "2.15.0"):
+        results_dir.mkdir(parents=True, exist_ok=True)
+        rf.write(results_dir, f"torch-{release}-cpu.json", rf.completed(release, cell=f"torch-{release}-cpu"))
+    run = run_action(tmp_path, workspace, {
+        "impl": "cpugpu_conformance.reference:CpuGpuBuffer", "baseline": baseline, "candidate": "2.15.0",
+        "baseline-python": sys.executable, "candidate-python": str(fake_cell_python(tmp_path / "candidate", "2.15.0")),
+    }, runner_bin=installed_action, env={"PYTEST_ADDOPTS": "-p no:cpugpu_conformance.testing.plugin"})
+    assert run.outcomes["Baseline cell"] == "success", run.logs["Baseline cell"][-3000:]  # exit 1: not clean
+    real = json.loads((results_dir / f"torch-{baseline}-cpu.json").read_text())
+    assert real["status"] == "error", real
+    assert run.outputs["gate"]["exit"] == "2" and run.exit_code == 2, run.logs["Gate"]
+    assert "did not complete: error" in run.logs["Gate"] and "NO ANSWER" in run.summary
 
 
 def test_no_candidate_and_no_bump_in_the_change_stops_before_any_cell(tmp_path, installed_action):
