@@ -928,6 +928,127 @@ def test_a_missing_device_is_skipped_with_its_reason_never_passed(tmp_path):
     assert {r["outcome"] for r in run.reports if "[cpu-" in r.get("nodeid", "")} == {"passed"}
 
 
+# --- issue 29 in a project's own run: callables, views, placement, and a report a person can read
+
+PLAIN_CLASS = """
+
+class Test{name}(MutableStateTests):
+    def make_state(self, device):
+        return {name}(device)
+"""
+ISSUE_29_WARMED = ["PartialKernel", "FixedPartialKernel", "FixedKeywordKernel", "CachedWorkspace", "ParameterView",
+                   "FixedParameterView", "PositionsWarmUp", "FixedPositionsWarmUp"]
+ISSUE_29_PLAIN = ["ReqToTokenPool", "FixedReqToTokenPool", "Scales"]
+META_CONTEXTS = {"default_device_meta", "set_default_device_meta"}
+
+
+@pytest.fixture(scope="module")
+def project29(tmp_path_factory) -> ProjectRun:
+    names = ISSUE_29_WARMED + ISSUE_29_PLAIN
+    tests = ("import torch\n\nfrom engine_states import " + ", ".join(names)
+             + "\nfrom cpugpu_conformance.testing import MutableStateTests\n"
+             + "".join(SIMPLE_CLASS.format(name=n) for n in ISSUE_29_WARMED)
+             + "".join(PLAIN_CLASS.format(name=n) for n in ISSUE_29_PLAIN))
+    return run_project(tmp_path_factory.mktemp("issue29"), {"conftest.py": CONFTEST, "test_engines.py": tests})
+
+
+def failed_contexts(run: ProjectRun, cls: str) -> set[str]:
+    return {c for c, outcome in run.outcomes(cls).items() if outcome == "failed"}
+
+
+@pytest.mark.parametrize("cls", ["TestFixedPartialKernel", "TestFixedKeywordKernel", "TestCachedWorkspace",
+                                 "TestFixedParameterView", "TestFixedReqToTokenPool", "TestFixedPositionsWarmUp"])
+def test_fixed_objects_in_new_styles_pass_in_every_context(project29, cls):
+    assert project29.outcomes(cls) == dict.fromkeys(CPU_CONTEXTS, "passed"), project29.outcomes(cls)
+    record = project29.record(cls, "default_device_meta")
+    assert record["checked"] >= 1 and record["placement"] == [] and record["broken"] == [], record
+
+
+def test_a_workspace_only_a_partial_holds_is_rejected_where_the_warm_up_runs_in_inference_mode(project29):
+    assert failed_contexts(project29, "TestPartialKernel") == INFERENCE_CONTEXTS
+    record = project29.record("TestPartialKernel", "inference_mode")
+    assert {b["path"] for b in record["bad_paths"]} == {"state.kernel.args[0]"} and record["broken"] == ["3"]
+    script = record["reproducer"]
+    assert "mutable_in_place('state.kernel.args[0]', state.kernel.args[0])\n" in script
+    run = run_reproducer(project29, script, "repro_partial.py")
+    assert run.returncode == 1 and "AssertionError: state.kernel.args[0]: an inference tensor" in run.stderr, run.stderr
+    fixed = script.replace("import PartialKernel\n", "import FixedPartialKernel as PartialKernel\n")
+    assert "FixedPartialKernel" in fixed and run_reproducer(project29, fixed, "repro_partial_fixed.py").returncode == 0
+
+
+def test_a_view_of_a_parameter_taken_in_the_warm_up_is_rejected_in_grad_mode(project29):
+    # Under no_grad() the view is made in no_grad mode: torch refuses it in grad mode all the same.
+    assert failed_contexts(project29, "TestParameterView") == INFERENCE_CONTEXTS | {"no_grad"}
+    record = project29.record("TestParameterView", "decorated_inference_mode")
+    [bad] = {b["why"] for b in record["bad_paths"]}
+    assert bad.startswith("a view that requires grad: an in-place update in grad mode raised RuntimeError: A view "
+                          "was created in inference mode"), bad
+    run = run_reproducer(project29, record["reproducer"], "repro_view.py")
+    assert run.returncode == 1 and "AssertionError: state.head: a view that requires grad" in run.stderr, run.stderr
+
+
+def test_a_tensor_made_without_a_device_is_a_placement_failure_under_a_default_device(project29):
+    assert failed_contexts(project29, "TestReqToTokenPool") == META_CONTEXTS
+    record = project29.record("TestReqToTokenPool", "default_device_meta")
+    assert record["broken"] == ["placement"] and record["bad_paths"] == [] and record["errors"] == []
+    assert record["placement"] == [{"path": "state.req_generation", "phase": "built in context default_device_meta",
+                                    "here": {"device": "meta", "dtype": "int64", "shape": [8]},
+                                    "plain": {"device": "cpu", "dtype": "int64", "shape": [8]}}]
+    message = project29.report("TestReqToTokenPool", "default_device_meta")["message"]
+    first = message.splitlines()[0]
+    assert first.startswith("TestReqToTokenPool, device cpu, context default_device_meta: placement (the context "
+                            "leaks into the object") and "promise 3" not in first, first
+    assert ("\n  state.req_generation: on meta, int64, shape (8,) here; built plainly, on cpu, int64, shape (8,)"
+            in message), message
+    run = run_reproducer(project29, record["reproducer"], "repro_pool.py")
+    assert run.returncode == 1, run.stderr
+    assert ("AssertionError: state.req_generation: on meta, int64, shape (8,) here; built plainly, on cpu, int64, "
+            "shape (8,)") in run.stderr, run.stderr
+    assert "# Reproducer: placement" in record["reproducer"]
+
+
+def test_a_tensor_made_without_a_dtype_is_a_placement_failure_under_a_default_dtype(project29):
+    assert failed_contexts(project29, "TestScales") == {"set_default_dtype_float16"}
+    [entry] = project29.record("TestScales", "set_default_dtype_float16")["placement"]
+    assert (entry["path"], entry["here"]["dtype"], entry["plain"]["dtype"]) == ("state.scales", "float16", "float32")
+
+
+def test_a_warm_up_that_raises_only_under_a_default_device_is_that_context_leaking_not_promise_3(project29):
+    assert failed_contexts(project29, "TestPositionsWarmUp") == META_CONTEXTS
+    record = project29.record("TestPositionsWarmUp", "set_default_device_meta")
+    assert record["broken"] == ["placement"] and record["errors"] == [], record
+    assert [(p["phase"], p["raised"].split(":")[0]) for p in record["placement"]] == [
+        ("built and warmed up in context set_default_device_meta", "RuntimeError"),
+        ("built in the plain context, warmed up in context set_default_device_meta", "RuntimeError")]
+    assert "tensors created without a device follow the ambient default device" in record["placement"][0]["leak"]
+    message = project29.report("TestPositionsWarmUp", "set_default_device_meta")["message"]
+    assert "promise 3" not in message.splitlines()[0] and "(placement, not promise 3)" in message, message
+    assert "warm_up raised RuntimeError: index_copy(): self, index and source expected to be in the same device" in \
+        message
+    run = run_reproducer(project29, record["reproducer"], "repro_positions.py")
+    assert run.returncode == 1 and "RuntimeError: index_copy()" in run.stderr, run.stderr
+
+
+def test_a_class_with_twenty_bad_tensors_prints_at_most_250_lines_at_q(tmp_path):
+    tests = ("from engine_states import TwentyTables\nfrom cpugpu_conformance.testing import MutableStateTests\n"
+             + SIMPLE_CLASS.format(name="TwentyTables"))
+    result = tmp_path / "cell.json"
+    run = run_project(tmp_path, {"conftest.py": CONFTEST, "test_twenty.py": tests}, "--cpugpu-cell-result",
+                      str(result))
+    lines = run.output.splitlines()
+    assert run.returncode == 1 and len(run.reports) >= 12, run.output[-2000:]
+    assert len(lines) <= 250, f"{len(lines)} lines at -q"
+    for i in range(20):  # each bad path named once, the torch message once, one reproducer
+        assert lines.count(f"  state.tables['t{i}']") == 1, i
+    assert sum(SEED_ERROR in line for line in lines if line.startswith("    refused: ")) == 1
+    assert run.output.count("\n\nReproducer (") == 1 and run.output.count("\nreproducer: as printed for context plain") \
+        == len(CPU_CONTEXTS) - 1
+    tests_in_file = json.loads(result.read_text())["mutable_state"]["test_twenty.TestTwentyTables"]["tests"]
+    scripts = [x["reproducer"] for t in tests_in_file for x in t["reproducers"]]
+    assert len(scripts) == 1 + 2 * (len(CPU_CONTEXTS) - 1)  # the file keeps every one
+    assert all("mutable_in_place(\"state.tables['t19']\", state.tables['t19'])" in x for x in scripts)
+
+
 def test_the_names_are_the_librarys():
     import cpugpu_conformance.testing as testing
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from suite_runner import outside_env
 
+from cpugpu_conformance import results
+
 CONFTEST = 'pytest_plugins = ["cpugpu_conformance.testing.plugin"]\n'
 
 STATES = '''
@@ -36,6 +38,15 @@ class Fixed(Lazy):
     def warm_up(self):
         with torch.inference_mode(False):
             self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
+
+
+class OffDevice(Fixed):
+    """Fixed for promise 3, but its warm-up makes a tensor without a device: a default device leaks in."""
+
+    def warm_up(self):
+        super().warm_up()
+        with torch.inference_mode(False):
+            self.positions = torch.zeros(4, dtype=torch.int64)
 
 
 class TestState(MutableStateTests):
@@ -118,3 +129,21 @@ def test_a_context_the_team_never_builds_in_is_waived(tmp_path):
     assert section(data)["verdict"] == "waived"
     [waived] = [t for t in section(data)["tests"] if t["verdict"] == "waived"]
     assert waived["why"] == "our runner is never built in a thread"
+
+
+def test_an_ambient_default_leaking_in_is_placement_in_the_file_and_fails_the_run(tmp_path):
+    proc, data = run(tmp_path, cls="OffDevice")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    results.CellResult.load(tmp_path / "cell.json")  # the file validates against its schema
+    judged = section(data)
+    assert judged["verdict"] == "failed" and judged["broken"] == ["placement"], judged
+    failed = {t["context"]: t for t in judged["tests"] if t["verdict"] == "failed"}
+    assert set(failed) == {"default_device_meta", "set_default_device_meta"}
+    test = failed["default_device_meta"]
+    assert test["broken"] == ["placement"] and "bad_paths" not in test
+    assert test["why"].startswith("placement: built and warmed up in context default_device_meta: state.positions: "
+                                  "on meta, int64, shape (4,) here; built plainly, on cpu, int64, shape (4,)"), test
+    assert [x["phase"] for x in test["reproducers"]] == [
+        "built and warmed up in context default_device_meta",
+        "built in the plain context, warmed up in context default_device_meta"]
+    assert "mutable state of test_state.TestState: failed: " in proc.stdout and "placement: " in proc.stdout
