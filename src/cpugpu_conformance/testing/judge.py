@@ -109,8 +109,8 @@ def verdict_of(ev: TestEvidence) -> TestVerdict:
         return TestVerdict(UNTESTED, "not the contract's test: " + "; ".join(facts["collisions"]))
     if ev.stamp == COLLIDED:
         return TestVerdict(UNTESTED, f"not the contract's test: {ev.stamp_detail}")
-    if ev.stamp == RAISED:
-        return TestVerdict(FAILED, ev.message or ev.stamp_detail)
+    if ev.stamp == RAISED:  # the contract's own words for what raised, before pytest's crash line and its notes
+        return TestVerdict(FAILED, ev.stamp_detail or ev.message)
     if not facts.get("contract"):
         if skipped and facts.get("opt_out"):
             return TestVerdict(WAIVED, ev.skip_reason or "skipped by an override (no reason given)")
