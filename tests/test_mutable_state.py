@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import functools
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -265,7 +265,7 @@ def test_the_walk_does_not_enter_tensors_modules_classes_globals_generators_or_t
     class Holder:
         secret = inference(1)  # a class attribute: the class's, not the object's
 
-        def method(self, default=inference(1)):  # the class's function: its defaults are the class's too
+        def method(self, default=inference(1)):  # noqa: B008  (the class's function: its defaults are the class's)
             return default
 
     def function():
@@ -1041,8 +1041,8 @@ def test_a_class_with_twenty_bad_tensors_prints_at_most_250_lines_at_q(tmp_path)
     for i in range(20):  # each bad path named once, the torch message once, one reproducer
         assert lines.count(f"  state.tables['t{i}']") == 1, i
     assert sum(SEED_ERROR in line for line in lines if line.startswith("    refused: ")) == 1
-    assert run.output.count("\n\nReproducer (") == 1 and run.output.count("\nreproducer: as printed for context plain") \
-        == len(CPU_CONTEXTS) - 1
+    assert run.output.count("\n\nReproducer (") == 1
+    assert run.output.count("\nreproducer: as printed for context plain") == len(CPU_CONTEXTS) - 1
     tests_in_file = json.loads(result.read_text())["mutable_state"]["test_twenty.TestTwentyTables"]["tests"]
     scripts = [x["reproducer"] for t in tests_in_file for x in t["reproducers"]]
     assert len(scripts) == 1 + 2 * (len(CPU_CONTEXTS) - 1)  # the file keeps every one

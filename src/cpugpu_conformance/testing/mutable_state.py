@@ -262,7 +262,8 @@ def _findings(outcomes: list[PhaseOutcome]) -> dict[str, Any]:
         caller_state_changes=[change for o in outcomes for change in o.changed],
         errors=[e for o in outcomes for e in (None if o.leak else o.raised, o.checked.error if o.checked else None,
                                                  o.placement_error) if e],
-        excluded={path: reason for o in outcomes if o.checked is not None for path, reason in o.checked.excluded.items()},
+        excluded={path: reason for o in outcomes if o.checked is not None
+                  for path, reason in o.checked.excluded.items()},
         placement=[{"path": path, "phase": o.phase, "here": _placed(here), "plain": _placed(plain)}
                    for o in outcomes for path, here, plain in o.misplaced]
         + [{"phase": o.phase, "raised": o.raised, "leak": o.leak} for o in outcomes if o.leak],

@@ -47,7 +47,8 @@ class Checked:
         what could not be checked."""
         lines: list[str] = []
         for why, paths in grouped(self.bad).items():  # one path: on the line of its refusal
-            lines += [f"  {paths[0]}: {why}"] if len(paths) == 1 else [f"  {p}" for p in paths] + [f"    refused: {why}"]
+            lines += ([f"  {paths[0]}: {why}"] if len(paths) == 1
+                      else [f"  {p}" for p in paths] + [f"    refused: {why}"])
         if self.error:
             lines.append(f"  {self.error}")
         return lines
@@ -196,8 +197,8 @@ def message(tests_name: str, cls: str, device: str, context: str, outcomes: list
     for outcome in outcomes:
         body = _phase_lines(outcome, findings, texts) if not outcome.ok else [f"{_PHASE}: held"]
         if previous is not None and body == previous[1]:  # the same findings, word for word: one line says both
-            both = (f"{previous[0]}, and when built plainly and warmed up there" if outcome.phase.startswith(_WARM_UP_ONLY)
-                    else f"{previous[0]}, and {outcome.phase}")
+            both = (f"{previous[0]}, and when built plainly and warmed up there"
+                    if outcome.phase.startswith(_WARM_UP_ONLY) else f"{previous[0]}, and {outcome.phase}")
             lines[-len(body)] = lines[-len(body)].replace(previous[0], both, 1)
             continue
         lines += [line.replace(_PHASE, outcome.phase) for line in body]
