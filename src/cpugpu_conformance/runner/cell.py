@@ -217,6 +217,8 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
             return run.fault("wrong_torch", problem)
     spec.remove_staging()  # a killed run's leftovers are not this run's result
     with suite_files(spec) as (suite, env):
+        # The suite writes to the staging path; the line it prints names the file the cell leaves.
+        env = dict(env if env is not None else os.environ, **{SHOWN_AS: str(spec.result_path)})
         suite_run = run_suite(test_command(spec, python, suite), log_path=spec.log_path, time_limit_s=spec.time_limit_s,
                               cwd=spec.workdir or spec.project_dir, env=env, interrupts=run.interrupts)
     return cell_answer(run, suite_run)
@@ -240,6 +242,8 @@ def suite_files(spec: CellSpec) -> Iterator[tuple[Path | None, dict[str, str] | 
 
 
 LIBRARY_PLUGIN = "cpugpu_conformance.testing.plugin"
+# How the recorder names the result file in its last line (recording.SHOWN_AS): the final path.
+SHOWN_AS = "CPUGPU_CONFORMANCE_RESULT_SHOWN_AS"
 
 
 def test_command(spec: CellSpec, python: Path | str, suite: Path | None = None) -> list[str]:

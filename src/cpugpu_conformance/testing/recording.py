@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
 import platform
 import signal
 import sys
@@ -29,9 +30,9 @@ from cpugpu_conformance.exits import SuiteExit
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 from cpugpu_conformance.results import known_failures
 
+from . import threads
 from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
-from . import threads
 from .reports import CRASH_PHASE, FACTS, Crash, message, skip_reason, worker_exit, worker_id
 from .state_judge import REPORT_KEY as STATE_REPORT_KEY
 from .state_judge import section as state_section
@@ -55,6 +56,9 @@ REFUSED = pytest.StashKey[str]()
 # Inventory as data, manifest.required, manifest.area_of): worked out where tests are collected,
 # carried from an xdist worker to the controller.
 RUN_FACTS = pytest.StashKey[dict]()
+# Set by a matrix cell's runner (runner/cell.py), which writes the suite's file to a staging path and
+# moves it into place: the final path, for the line that says where the result is.
+SHOWN_AS = "CPUGPU_CONFORMANCE_RESULT_SHOWN_AS"
 # The line that says a test left torch patched (plugin.py checks torch again where the tests ran).
 TORCH_REPLACED = pytest.StashKey[str]()
 
@@ -456,8 +460,9 @@ class CellRecorder:
             self._say_untested(terminalreporter)
             if self.written:
                 note = "" if self.status == "completed" else f" (status: {self.status})"
-                terminalreporter.write_line(f"cell result written to {self.written}{note}",
-                                            red=self.status != "completed")
+                # A matrix cell's runner moves the file into place after the run: name where it will be.
+                shown = os.environ.get(SHOWN_AS) or self.written
+                terminalreporter.write_line(f"cell result written to {shown}{note}", red=self.status != "completed")
 
     def _say_failed(self, terminalreporter: Any) -> None:
         """Each promise and device that failed, with its one-line reason, as the result file has them."""
