@@ -156,7 +156,7 @@ def test_an_untested_state_class_is_a_gap_never_a_pass(tmp_path, capsys, runs):
     judged["tests"][0].update(verdict="untested", why="deselected (-k)")
     assert gate(tmp_path, runs["Fixed"], candidate) == 2
     err = capsys.readouterr().err
-    assert f"candidate torch-" in err and f"mutable state of {CLS} on cpu: untested (" in err and "deselected (-k)" in err
+    assert "candidate torch-" in err and f"mutable state of {CLS} on cpu: untested (" in err and "deselected (-k)" in err
 
 
 def test_a_state_class_waived_in_both_cells_is_not_compared(tmp_path, capsys, runs):

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cpugpu_conformance.cli import ExitCode
-from cpugpu_conformance.cli import dispatch
+from cpugpu_conformance.cli import ExitCode, dispatch
 from cpugpu_conformance.cli.extra import UNKNOWN, direct_url, hint_for
 
 pytestmark = pytest.mark.quick

@@ -20,6 +20,7 @@ from types import ModuleType
 from .. import __version__
 from ..exits import ExitCode
 
+
 def tools_extra() -> str:
     """How to add the [tools] extra to the install the user has (cli/extra.py): not PyPI, where the package is not."""
     from .extra import install_hint

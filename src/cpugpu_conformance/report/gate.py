@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 
-from ..results import NOT_PROBED, Answer, CellResult, Comparison, StateChange, one_line
+from ..results import NOT_PROBED, Answer, CellResult, Change, Comparison, StateChange, one_line
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -138,13 +138,14 @@ def format_comparison(baseline: CellResult, candidate: CellResult, cmp: Comparis
             out.append(_indent(str(failure.get("message") or ""), "    "))
             reproducer = failure.get("reproducer")
             out += ["  reproducer:", _indent(str(reproducer), "    ")] if reproducer else ["  (no reproducer recorded)"]
-    for i, reg in enumerate(cmp.state_regressions, len(cmp.regressions) + 1):
-        out += ["", f"REGRESSION {i}: mutable state of {one_line(reg.cls)}: {reg.before} -> {reg.after}"]
-        out += state_failure_lines(reg)
+    for i, state in enumerate(cmp.state_regressions, len(cmp.regressions) + 1):
+        out += ["", f"REGRESSION {i}: mutable state of {one_line(state.cls)}: {state.before} -> {state.after}"]
+        out += state_failure_lines(state)
 
-    notes = [f"fixed: {c.line()}" for c in [*cmp.fixed, *cmp.state_fixed]]
-    notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)"
-              for c in [*cmp.still_failing, *cmp.state_still_failing]]
+    fixed_all: list[Change | StateChange] = [*cmp.fixed, *cmp.state_fixed]
+    still_all: list[Change | StateChange] = [*cmp.still_failing, *cmp.state_still_failing]
+    notes = [f"fixed: {c.line()}" for c in fixed_all]
+    notes += [f"STILL FAILING: {c.line()} (failed in the baseline too: not a regression)" for c in still_all]
     notes += [f"KNOWN FAILURE: {c.line()} (listed in the known-failures file: not a regression)" for c in cmp.known_failures]
     notes += [f"KNOWN FAILURE NOW PASSES: promise {c.promise} ({c.title}) on {c.device}: {c.after.listed}"
               for c in cmp.listed_but_passed]

@@ -158,8 +158,10 @@ def comparison_markdown(baseline: CellResult, candidate: CellResult, cmp: Compar
     if cmp.state_still_failing:
         still += [*([""] if still else []), *_state_table(cmp.state_still_failing)]
     out += _section("Still failing (in the baseline too: not regressions)", still)
-    out += _folded("Fixed", [c.line() for c in [*cmp.fixed, *cmp.state_fixed]])
-    out += _folded("Not compared (waived in both cells)", [c.line() for c in [*cmp.not_compared, *cmp.state_not_compared]])
+    fixed: list[Change | StateChange] = [*cmp.fixed, *cmp.state_fixed]
+    waived: list[Change | StateChange] = [*cmp.not_compared, *cmp.state_not_compared]
+    out += _folded("Fixed", [c.line() for c in fixed])
+    out += _folded("Not compared (waived in both cells)", [c.line() for c in waived])
     observed = [f"observed torch behaviour {probe}: {before if before is not None else NOT_PROBED} -> "
                 f"{after if after is not None else NOT_PROBED}" for probe, before, after in cmp.observation_changes]
     warnings = [*cmp.warnings, *(c.line() for c in cmp.recorded_changes), *observed,

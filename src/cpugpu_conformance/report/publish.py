@@ -107,8 +107,8 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> dict[str, Path]:
                 fh.flush()
                 os.fsync(fh.fileno())
     except BaseException:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
+        for staged_path in staged.values():
+            staged_path.unlink(missing_ok=True)
         raise
     return staged
 

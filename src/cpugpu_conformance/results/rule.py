@@ -121,7 +121,7 @@ def outcome(result: Result, promise: str, device: str) -> Outcome:
         return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
     if dev.get("status") == "skipped":
         return Outcome("untested", dev.get("reason") or f"{device} was skipped")
-    if (entry or {}).get("verdict") == "not_requested":
+    if entry is not None and entry.get("verdict") == "not_requested":
         return Outcome("not_requested", entry.get("reason") or "not selected (--promise)")
     if entry is None:
         return Outcome("untested", f"the result has no verdict for promise {promise} on {device}")
@@ -227,7 +227,7 @@ def answer_word(a: Answer, states_passed: int = 0) -> str:
 def _state_classes(result: Result) -> list[str]:
     """The verdict of each MutableStateTests class the result holds."""
     section = result.get("mutable_state") or {}
-    return [judged.get("verdict") if isinstance(judged, dict) else "untested" for _, judged in sorted(section.items())]
+    return [str(judged.get("verdict")) if isinstance(judged, dict) else "untested" for _, judged in sorted(section.items())]
 
 
 def _plural(n: int, word: str, suffix: str = "s") -> str:
