@@ -32,6 +32,7 @@ from cpugpu_conformance.testing import MutableStateTests, assert_mutable_state
 from cpugpu_conformance.testing.contexts import contexts_for
 from cpugpu_conformance.testing.mutable_state import check_class, check_state
 from cpugpu_conformance.testing.state_checks import in_place_refusal
+from cpugpu_conformance.testing.state_report import PhaseOutcome, Shown, message
 from cpugpu_conformance.testing.state_walk import WalkLimit, set_elements, walk
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1027,6 +1028,18 @@ def test_a_warm_up_that_raises_only_under_a_default_device_is_that_context_leaki
         message
     run = run_reproducer(project29, record["reproducer"], "repro_positions.py")
     assert run.returncode == 1 and "RuntimeError: index_copy()" in run.stderr, run.stderr
+
+
+def test_a_build_that_could_not_be_compared_is_no_pass_and_says_so():
+    outcome = PhaseOutcome("built in context default_device_meta", "default_device_meta",
+                           checked=check_state(torch.zeros(1)),
+                           placement_error="placement not compared: built plainly, make_state raised ValueError: no")
+    assert not outcome.ok and outcome.broken() == []
+    text = message("TestOurs", "m.TestOurs", "cpu", "default_device_meta", [outcome], Shown())
+    assert text.splitlines()[:2] == [
+        "TestOurs, device cpu, context default_device_meta: not all of it could be checked, which is no pass",
+        "built in context default_device_meta: placement not compared: built plainly, make_state raised ValueError: no"]
+    assert "eproducer" not in text  # none was made: no pointer to one
 
 
 def test_a_class_with_twenty_bad_tensors_prints_at_most_250_lines_at_q(tmp_path):

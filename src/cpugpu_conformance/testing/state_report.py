@@ -147,6 +147,8 @@ def _line(text: str) -> str:
 
 
 def headline(tests_name: str, device: str, context: str, broken: list[str]) -> str:
+    if not broken:  # only what could not be checked (a walk past its bound, placement not compared)
+        return f"{tests_name}, device {device}, context {context}: not all of it could be checked, which is no pass"
     named = [f"{p} ({P.PROMISES[p]})" for p in broken if p != PLACEMENT]
     words = (("promise " + " and ".join(named)) if named else "")
     if PLACEMENT in broken:
@@ -215,8 +217,8 @@ def message(tests_name: str, cls: str, device: str, context: str, outcomes: list
         printed.append(outcome)
         text += (f"\n\nReproducer ({outcome.phase}; standalone: torch and the modules it imports):\n\n"
                  + outcome.script)
-    if not printed:
-        earlier = sorted({shown.reproducers.get((cls, o.cause()), "") for o in outcomes if not o.ok} - {""})
+    earlier = sorted({shown.reproducers.get((cls, o.cause()), "") for o in outcomes if not o.ok} - {""})
+    if not printed and earlier:
         text += (f"\nreproducer: as printed for context {', '.join(earlier)} above (the same cause); the result file "
                  "(--cpugpu-cell-result) keeps this test's own")
     return text
