@@ -192,6 +192,114 @@ class NumpyAllocated:
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
+class _AllocatesOnFirstUse:
+    """Checks what the contract checks at construction (bfloat16, the dtypes NumPy lacks), allocates
+    on first use, and does it as the fix does: under inference_mode(False), whatever mode the caller
+    is in then. The pinning hint goes off the CPU device, where pinning does not apply."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        device = torch.device(device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: construct with with_numpy=False")
+            torch.empty(0, dtype=dtype, device="cpu").numpy()  # refuse a dtype NumPy cannot view (promise 7)
+        self._size, self._dtype, self._where = tuple(size), dtype, device
+        self._pin = pin_memory and device.type != "cpu"
+        self._with_numpy = with_numpy
+        self._host = self._device_tensor = self._view = None
+
+    @torch.inference_mode(False)
+    def _host_tensor(self):
+        if self._host is None:
+            self._host = torch.zeros(self._size, dtype=self._dtype, device="cpu", pin_memory=self._pin)
+            self._view = self._host.numpy() if self._with_numpy else None
+        return self._host
+
+    def _device(self):
+        if self._device_tensor is None:
+            with torch.inference_mode(False):
+                self._device_tensor = torch.zeros(self._size, dtype=self._dtype, device=self._where)
+        return self._device_tensor
+
+
+class LazyOnFirstAccess(_AllocatesOnFirstUse):
+    """cpu, gpu and np are properties; the first access of any (a copy is one) allocates both tensors."""
+
+    def _both(self):
+        self._host_tensor()
+        self._device()
+
+    @property
+    def cpu(self):
+        self._both()
+        return self._host
+
+    @property
+    def gpu(self):
+        self._both()
+        return self._device_tensor
+
+    @property
+    def np(self):
+        if not self._with_numpy:
+            raise AttributeError("np: made with with_numpy=False")
+        self._both()
+        return self._view
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class LazyDeviceOnFirstCopy(_AllocatesOnFirstUse):
+    """The host tensor at construction; the device tensor on the first copy, or the first read of gpu."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self.cpu = self._host_tensor()
+        if with_numpy:
+            self.np = self._view
+
+    @property
+    def gpu(self):
+        return self._device()
+
+    def copy_to_gpu(self, n=None):
+        rows = slice(None, n)
+        return self._device()[rows].copy_(self.cpu[rows], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        rows = slice(None, n)
+        return self.cpu[rows].copy_(self._device()[rows], non_blocking=True)
+
+
+class LazyHostThroughNumpy(_AllocatesOnFirstUse):
+    """The device tensor at construction; the host tensor, and its view, on the first use of cpu or np."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self.gpu = self._device()
+
+    @property
+    def cpu(self):
+        return self._host_tensor()
+
+    @property
+    def np(self):
+        if not self._with_numpy:
+            raise AttributeError("np: made with with_numpy=False")
+        self._host_tensor()
+        return self._view
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
 @dataclass(frozen=True)
 class Alternative:
     cls: type
@@ -215,4 +323,7 @@ ALTERNATIVES = (
     Alternative(ReadsDeviceType),
     Alternative(NumpyProperty),
     Alternative(NumpyAllocated),
+    Alternative(LazyOnFirstAccess),
+    Alternative(LazyDeviceOnFirstCopy),
+    Alternative(LazyHostThroughNumpy),
 )

@@ -379,6 +379,173 @@ class ReallocatingBuffer(CpuGpuBuffer):
 
 
 
+class _Lazy:
+    """What the lazy variants share: the contract's checks at construction (bfloat16 and the dtypes
+    NumPy lacks refused, the pinning hint dropped off the CPU), and allocation on first use,
+    ``_allocate_host``/``_allocate_device`` run in whatever mode the caller is in then."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        device = torch.device(device)
+        if with_numpy:
+            if dtype == torch.bfloat16:
+                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+            torch.empty(0, dtype=dtype, device="cpu").numpy()  # refuse, now, a dtype NumPy cannot view
+        self._size, self._dtype, self._device = size, dtype, device
+        self._pin = pin_memory and device.type != "cpu"
+        self._with_numpy = with_numpy
+        self._cpu = self._gpu = self._np = None
+
+    def _allocate_host(self):
+        self._cpu = torch.zeros(*self._size, dtype=self._dtype, device="cpu", pin_memory=self._pin)
+        if self._with_numpy:
+            self._np = self._cpu.numpy()
+
+    def _allocate_device(self):
+        self._gpu = torch.zeros(*self._size, dtype=self._dtype, device=self._device)
+
+    def _fixed(self, allocate):
+        with torch.inference_mode(False):
+            allocate()
+
+    @property
+    def cpu(self):
+        if self._cpu is None:
+            self._allocate_host()
+        return self._cpu
+
+    @property
+    def gpu(self):
+        if self._gpu is None:
+            self._allocate_device()
+        return self._gpu
+
+    @property
+    def np(self):
+        if not self._with_numpy:
+            raise AttributeError("np: this buffer was made with with_numpy=False")
+        if self._cpu is None:
+            self._allocate_host()
+        return self._np
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class LazyOnFirstAccessBuffer(_Lazy):
+    """Allocates both tensors on the first access of cpu, gpu or np (a copy is one), in the caller's
+    mode: first used inside inference_mode(), they are inference tensors that refuse the next in-place
+    update outside it, like vLLM's lazily allocated allowed_token_ids_mask under add_request."""
+
+
+class LazyDeviceOnFirstCopyBuffer(_Lazy):
+    """Allocates the device tensor lazily: reading gpu first allocates it the fixed way, under
+    inference_mode(False), but a first copy_to_gpu/copy_to_cpu allocates it in the caller's mode (the
+    path the fix forgot), so a first copy inside inference_mode() leaves gpu an inference tensor."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self._fixed(self._allocate_host)
+
+    @property
+    def gpu(self):
+        if self._gpu is None:
+            self._fixed(self._allocate_device)
+        return self._gpu
+
+    def _device_for_copy(self):
+        if self._gpu is None:
+            self._allocate_device()
+        return self._gpu
+
+    def copy_to_gpu(self, n=None):
+        return self._device_for_copy()[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self._device_for_copy()[:n], non_blocking=True)
+
+
+class LazyHostThroughNumpyBuffer(_Lazy):
+    """Allocates the host tensor lazily: reading cpu (or copying) first allocates it the fixed way,
+    but a first access through np allocates it in the caller's mode, so a first NumPy write inside
+    inference_mode() leaves cpu an inference tensor (NumPy's writes bypass the check; torch's refuse)."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        self._fixed(self._allocate_device)
+
+    @property
+    def cpu(self):
+        if self._cpu is None:
+            self._fixed(self._allocate_host)
+        return self._cpu
+
+
+class FoldsPastThreeDimsBuffer(CpuGpuBuffer):
+    """A port written for at most three dimensions: from rank 4 on, the device tensor folds the
+    trailing dimensions into the third ((2, 8, 16, 64, 128) becomes (2, 8, 131072)). Right for every
+    shape of rank 1 to 3, wrong for a KV cache."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        if len(size) >= 4:
+            folded = 1
+            for dim in size[2:]:
+                folded *= dim
+            with torch.inference_mode(False):
+                self.gpu = torch.zeros(*size[:2], folded, dtype=dtype, device=device)
+
+    def copy_to_gpu(self, n=None):
+        dst = self.gpu[:n]
+        return dst.copy_(self.cpu[:n].reshape(dst.shape), non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        dst = self.cpu[:n]
+        return dst.copy_(self.gpu[:n].reshape(dst.shape), non_blocking=True)
+
+
+class ThreadSplitCopyBuffer(CpuGpuBuffer):
+    """Splits each copy by rows into one slice per intra-op thread (torch.get_num_threads()), the
+    rows divided evenly, and drops the remainder: right with one thread, the count a suite that pins
+    torch.set_num_threads(1) runs with; wrong with several, the count engines run with."""
+
+    def _split_copy(self, dst, src):
+        threads = torch.get_num_threads()
+        if threads == 1 or dst.dim() == 0:
+            return dst.copy_(src, non_blocking=True)
+        per = dst.shape[0] // threads
+        for t in range(threads):
+            dst[t * per:(t + 1) * per].copy_(src[t * per:(t + 1) * per], non_blocking=True)
+        return dst
+
+    def copy_to_gpu(self, n=None):
+        return self._split_copy(self.gpu[:n], self.cpu[:n])
+
+    def copy_to_cpu(self, n=None):
+        return self._split_copy(self.cpu[:n], self.gpu[:n])
+
+
+class PoisonedHostBuffer(CpuGpuBuffer):
+    """Allocates the host tensor with torch.empty and poisons it (every byte 0xFF, the debug
+    allocator's way of catching reads of uninitialized memory), where zeros were meant: the
+    tensors do not start at zero, and nothing else is wrong."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        with torch.inference_mode(False):
+            if self.cpu.numel() == 0:
+                return
+            if dtype == torch.bool:
+                self.cpu.fill_(True)  # any byte but 0 and 1 is no bool
+                return
+            try:
+                self.cpu.view(torch.uint8).fill_(0xFF)
+            except RuntimeError:  # a dtype with no byte view (sub-byte kinds): it keeps its zeros
+                pass
+
+
 # Where a variant breaks on some devices only: (fails_on, passes_on). Every other one fails everywhere.
 _ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
@@ -419,6 +586,12 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (ChunkedCopyBuffer, "8"),
         (GradLeakingBuffer, "12"),
         (PooledBuffer, "13"),
+        (LazyOnFirstAccessBuffer, "3"),
+        (LazyDeviceOnFirstCopyBuffer, "3"),
+        (LazyHostThroughNumpyBuffer, "3"),
+        (FoldsPastThreeDimsBuffer, "1"),
+        (ThreadSplitCopyBuffer, "8"),
+        (PoisonedHostBuffer, "2"),
         (PrivateStreamBuffer, "10"),
         (ForkedStreamBuffer, "10"),
         (SynchronizingCopiesBuffer, "10"),

@@ -183,14 +183,39 @@ def property_test(*promises: str, examples: settings | None = None) -> Any:
 
 def blamed_afresh(test: Any) -> Any:
     """Each example starts with no promise blamed: a blame an earlier example left (its constructor
-    raised, say) must not name the promise of a later example's failure."""
+    raised, say) must not name the promise of a later example's failure. Whatever step torch refused
+    because a tensor is an inference tensor (a copy, a fill), the example broke promise 3."""
 
     @functools.wraps(test)
     def example(*args: Any, **kwargs: Any) -> Any:
         kwargs["record"].blame(None)
-        return test(*args, **kwargs)
+        try:
+            return test(*args, **kwargs)
+        except Exception as exc:
+            if refused_as_inference(exc):
+                kwargs["record"].blame(P.MUTABLE)
+            raise
 
     return example
+
+
+# How torch refuses an in-place update of an inference tensor (or of a view made in inference mode)
+# outside inference mode: the seed's bug, promise 3's wherever it shows (a copy, a check's fill).
+INFERENCE_REFUSALS = (
+    "Inplace update to inference tensor outside InferenceMode",
+    "A view was created in inference mode and is being modified inplace in normal mode",
+)
+
+
+def refused_as_inference(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is torch's refusal."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(text in str(exc) for text in INFERENCE_REFUSALS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def contract_test(*promises: str) -> Any:

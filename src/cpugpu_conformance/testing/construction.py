@@ -11,9 +11,11 @@ from .base import BufferTests, construct_blamed, construct_in, constructor_promi
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.
 PER_CONTEXT = budget.share(10, floor=10)
-# The size every dtype is swept at: two dimensions, neither of one element (a transposed or
-# flattened buffer shows), nonempty (torch cannot make an empty tensor of the bits dtypes).
-SWEEP_SIZE = (2, 3)
+# The sizes every dtype is swept at, nonempty (torch cannot make an empty tensor of the bits dtypes):
+# two dimensions, neither of one element (a transposed or flattened buffer shows), and six, the most
+# the drawn sizes have, one of them of one element (a class written for fewer, or one that squeezes,
+# shows).
+SWEEP_SIZES = ((2, 3), (2, 3, 2, 1, 2, 2))
 
 
 class ShapeAndDtypeTests(BufferTests):
@@ -28,16 +30,17 @@ class ShapeAndDtypeTests(BufferTests):
 
     @contract_test(P.SHAPE_AND_DTYPE)
     def test_every_dtype_in_every_context(self, record, device, context):
-        """Every dtype the installed torch can make on the device, in every creation context, every
-        run, the simplest first: a class that widens uint16 to int32, or passes dtype=None for "the
+        """Every dtype the installed torch can make on the device, in every creation context, at two
+        dimensions and at six (SWEEP_SIZES), every run, the simplest first: a class that widens uint16 to int32, or passes dtype=None for "the
         default anyway" (wrong for float32 in one context only), is caught whatever the examples
         drawn, and its reproducer names the most ordinary dtype it breaks."""
-        for info in dtypes.simplest_first(dtypes.all_dtypes(device)):
-            sc = self.scenario(record, device, size=SWEEP_SIZE, dtype=info.dtype, pin_memory=False,
-                               with_numpy=info.numpy is not None)
-            construct_blamed(record, constructor_promise(P.SHAPE_AND_DTYPE, context),
-                             lambda sc=sc: construct_in(sc, context))
-            sc.call(checks.shape_dtype_device)
+        for size in SWEEP_SIZES:
+            for info in dtypes.simplest_first(dtypes.all_dtypes(device)):
+                sc = self.scenario(record, device, size=size, dtype=info.dtype, pin_memory=False,
+                                   with_numpy=info.numpy is not None)
+                construct_blamed(record, constructor_promise(P.SHAPE_AND_DTYPE, context),
+                                 lambda sc=sc: construct_in(sc, context))
+                sc.call(checks.shape_dtype_device)
 
 
 class ZeroedTests(BufferTests):

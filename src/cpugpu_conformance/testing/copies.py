@@ -1,15 +1,45 @@
-"""Promises 8 and 9: partial copies with slice semantics, in place, for life."""
+"""Promises 8 and 9: partial copies with slice semantics, in place, for life.
+
+Each check of a copy runs with one intra-op thread and with several (threads.py): a copy that
+depends on the thread count shows with one of them only, and engines run with several.
+"""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import checks
+from . import checks, threads
 from . import strategies as s
-from .base import BufferTests, property_test
+from .base import BufferTests, construct_blamed, property_test
+
+
+def comparable(record, sc):
+    """What a check comparing buf.cpu with buf.gpu takes for granted, each blamed on its own promise:
+    the shapes and dtypes asked for (1), and two storages (4). A device tensor of the wrong shape, or
+    over the host's memory, then fails there, not in the copies."""
+    construct_blamed(record, P.SHAPE_AND_DTYPE, lambda: sc.call(checks.shape_dtype_device))
+    construct_blamed(record, P.TWO_STORAGES, lambda: sc.call(checks.separate_storages))
+
+
+def intra_op_threads(count):
+    """What follows runs with `count` intra-op threads, as torch.set_num_threads(count) makes it."""
+    torch.set_num_threads(count)
+
+
+def in_each_thread_count(sc, check):
+    """Run `check` through the scenario with one intra-op thread, then with several; the process's
+    own count is restored afterwards, whatever happened."""
+    before = torch.get_num_threads()
+    try:
+        for count in threads.copy_counts():
+            sc.call(intra_op_threads, count)
+            check()
+    finally:
+        torch.set_num_threads(before)
 
 
 class CopyTests(BufferTests):
@@ -20,7 +50,8 @@ class CopyTests(BufferTests):
     def test_partial_copy(self, record, device, method, data):
         sc = self.build(record, device, data, s.byte_dtype(device))
         sc.bind(method=method, n=data.draw(s.slice_end(sc["size"][0]), label="n"))
-        sc.call(checks.partial_copy)
+        comparable(record, sc)
+        in_each_thread_count(sc, lambda: sc.call(checks.partial_copy))
 
 
 class StoragesForLifeTests(BufferTests):
@@ -34,7 +65,11 @@ class StoragesForLifeTests(BufferTests):
         calls = data.draw(st.lists(st.tuples(st.sampled_from(checks.COPY_METHODS), s.slice_end(length)),
                                    min_size=1, max_size=5), label="copies")
         sc.bind(calls=calls)
-        record.blame(P.PARTIAL_COPIES)  # a copy that raises (an n it refuses) breaks promise 8, not 9
-        sc.call(checks.copies)
-        record.blame(None)
-        sc.call(checks.still_captured)
+
+        def copies_then_still_captured():
+            record.blame(P.PARTIAL_COPIES)  # a copy that raises (an n it refuses) breaks promise 8, not 9
+            sc.call(checks.copies)
+            record.blame(None)
+            sc.call(checks.still_captured)
+
+        in_each_thread_count(sc, copies_then_still_captured)

@@ -16,6 +16,8 @@ from cpugpu_conformance import promises as P
 from . import budget, checks
 from . import strategies as s
 from .base import BufferTests, property_test
+from .copies import comparable
+from .numpy_view import numpy_view_blamed
 
 # A few examples per size: what varies at this scale is the size, which is a parameter.
 ENGINE = budget.share(100, floor=2)
@@ -45,13 +47,14 @@ class EngineScaleTests(BufferTests):
     @property_test(P.NUMPY_VIEW, examples=ENGINE)
     def test_engine_scale_numpy_view(self, record, device, size, data):
         sc = self.build(record, device, data, s.numpy_dtype(device, engine=True), with_numpy=True, size=size)
-        sc.call(checks.numpy_view)
+        numpy_view_blamed(record, sc)
 
     @pytest.mark.parametrize("method", checks.COPY_METHODS)
     @SIZES
     @property_test(P.PARTIAL_COPIES, examples=ENGINE)
     def test_engine_scale_partial_copy(self, record, device, method, size, data):
         sc = self.build(record, device, data, s.byte_dtype(device, engine=True), size=size)
+        comparable(record, sc)
         sc.bind(method=method, n=None)  # the whole buffer, every time: the case engines use most
         sc.call(checks.partial_copy)
         sc.bind(n=data.draw(s.slice_end(size[0]), label="n"))

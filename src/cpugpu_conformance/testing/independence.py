@@ -18,9 +18,23 @@ from hypothesis import strategies as st
 from cpugpu_conformance import promises as P
 
 from . import strategies as s
-from .base import BufferTests, property_test
+from .base import BufferTests, blame_by_line, property_test
+from .checks import separate_storages, zeroed
 from .helpers import expected_bytes, fill_bytes, raw, sync
 from .reproducer import Name
+
+# A size no check draws (each drawn dimension is at most 4) nor writes: a buffer of it that is not
+# zeroed was never zeroed (promise 2), whatever memory a pool handed it.
+UNWRITTEN_SIZE = (3, 7)
+
+
+def a_buffer_nothing_wrote(make, device):
+    """Before any buffer is written: one of a size nothing writes is zeroed (promise 2) and has two
+    storages (promise 4). What the later buffers show is then theirs, promise 13's: memory handed out
+    again unzeroed, or shared."""
+    buf = make()
+    separate_storages(buf)
+    zeroed(buf, device)
 
 
 def written_then_dropped(make, device):
@@ -84,6 +98,14 @@ class IndependenceTests(BufferTests):
                            with_numpy=False, buffers={})
         live: list[int] = []
         for i, (size, info) in enumerate(specs):
+            if i == 0:
+                sc.bind(size=UNWRITTEN_SIZE, dtype=info.dtype)
+                try:
+                    sc.call(a_buffer_nothing_wrote)
+                except Exception as exc:
+                    blame_by_line(record, exc, a_buffer_nothing_wrote, (
+                        ("make()", P.SHAPE_AND_DTYPE), ("separate_storages(", P.TWO_STORAGES), ("zeroed(", P.ZEROED)))
+                    raise
             sc.bind(size=size, dtype=info.dtype)
             if i == 0:
                 sc.call(written_then_dropped)

@@ -13,7 +13,7 @@ from cpugpu_conformance import promises as P
 
 from . import budget, checks, dtypes
 from . import strategies as s
-from .base import BufferTests, construct_blamed, property_test
+from .base import BufferTests, blame_by_line, construct_blamed, property_test
 from .reproducer import Name
 from .stamps import contract_skip
 
@@ -46,13 +46,24 @@ def refuses_a_wrong_view(make, dtype):
     )
 
 
+def numpy_view_blamed(record, sc):
+    """checks.numpy_view, after the shapes and dtypes it compares (promise 1); its copy that raises, or
+    does not carry what buf.cpu holds by then, breaks promise 8."""
+    construct_blamed(record, P.SHAPE_AND_DTYPE, lambda: sc.call(checks.shape_dtype_device))
+    try:
+        sc.call(checks.numpy_view)
+    except Exception as exc:
+        blame_by_line(record, exc, checks.numpy_view, (("copy_to_gpu", P.PARTIAL_COPIES),))
+        raise
+
+
 class NumpyViewTests(BufferTests):
     """Promise 5: buf.np is a NumPy view of buf.cpu, and with_numpy defaults to True."""
 
     @property_test(P.NUMPY_VIEW)
     def test_numpy_view_shares_memory(self, record, device, data):
         sc = self.build(record, device, data, s.numpy_dtype(device), with_numpy=True)
-        sc.call(checks.numpy_view)
+        numpy_view_blamed(record, sc)
 
     @property_test(P.NUMPY_VIEW, examples=budget.share(10, floor=10))
     def test_numpy_view_by_default(self, record, device, data):
@@ -60,7 +71,7 @@ class NumpyViewTests(BufferTests):
         sc = self.build(record, device, data, s.numpy_dtype(device), with_numpy=True, construct=False)
         del sc.ns["with_numpy"]  # make() leaves it to the constructor's default
         construct_blamed(record, P.SHAPE_AND_DTYPE, lambda: sc.call(Name("make"), into="buf"))
-        sc.call(checks.numpy_view)
+        numpy_view_blamed(record, sc)
 
 
 class ExoticDtypeTests(BufferTests):

@@ -34,7 +34,8 @@ from cpugpu_conformance import promises as P
 
 from . import budget, dtypes
 from . import strategies as s
-from .base import BufferTests, construct_blamed, construct_in, contract_test
+from .base import BufferTests, construct_blamed, construct_in, contract_test, refused_as_inference
+from .checks import separate_storages, shape_dtype_device
 from .helpers import host, sync
 from .reproducer import Name, Record, Scenario
 
@@ -53,6 +54,12 @@ def capture_tensors(buf, with_numpy):
     their memory cannot be handed out again (CUDA's caching allocator would give a buffer that
     frees its tensor and allocates a new one the same block back, and a rebinding would pass)."""
     return {name: getattr(buf, name) for name in ("cpu", "gpu")}, (buf.np if with_numpy else None)
+
+
+def start_from_zeros(buf):
+    """The model's first state, written: what a buffer starts with is promise 2's business, not the machine's."""
+    buf.cpu.zero_()
+    buf.gpu.zero_()
 
 
 def assign(buf, side, start, stop, value):
@@ -114,11 +121,13 @@ def numpy_still_views(buf, expected_cpu, with_numpy):
 INVARIANT = (
     (P.MUTABLE, not_inference_tensors),
     (P.FOR_LIFE, same_storages),
+    # A device tensor over the host's memory makes the model's comparison fail: promise 4's, not the copies'.
+    (P.TWO_STORAGES, separate_storages),
     (P.PARTIAL_COPIES, holds_the_model),
     (P.NUMPY_VIEW, numpy_still_views),
 )
-# What the machine checks, in the contract's order.
-PROMISES = tuple(sorted((promise for promise, _ in INVARIANT), key=int))
+# What the machine checks, in the contract's order (two storages only guards the model's comparison).
+PROMISES = tuple(sorted((promise for promise, _ in INVARIANT if promise != P.TWO_STORAGES), key=int))
 
 
 def _model_dtypes(device: str, shard: str) -> tuple[dtypes.DtypeInfo, ...]:
@@ -163,7 +172,11 @@ class BufferStateMachine(RuleBasedStateMachine):
         context = data.draw(s.contexts_for(self.device), label="context")
         # A constructor that raises refuses valid arguments: promise 1.
         construct_blamed(self.record, P.SHAPE_AND_DTYPE, lambda: construct_in(self.sc, context))
+        # The shapes and dtypes the model assumes, before it compares anything: promise 1.
+        construct_blamed(self.record, P.SHAPE_AND_DTYPE, lambda: self.sc.call(shape_dtype_device))
         self.sc.call(capture_tensors, into=("captured", "captured_np"))
+        self.record.blame(P.MUTABLE)  # an in-place write that raises
+        self.sc.call(start_from_zeros, Name("buf"))
         model_dtype = np.float32 if info.name == "bfloat16" else np.dtype(info.numpy)
         self.model = {side: np.zeros(self.sc["size"], dtype=model_dtype) for side in ("cpu", "gpu")}
         self.is_bool = info.name == "bool"
@@ -209,7 +222,12 @@ class BufferStateMachine(RuleBasedStateMachine):
         n = data.draw(s.slice_end(self.length), label="n")
         self.record.blame(P.PARTIAL_COPIES)
         src, dst = ("cpu", "gpu") if direction == "copy_to_gpu" else ("gpu", "cpu")
-        self.sc.call(copy, Name("buf"), direction, n)
+        try:
+            self.sc.call(copy, Name("buf"), direction, n)
+        except Exception as exc:
+            if refused_as_inference(exc):  # torch refused the copy: an inference tensor, promise 3's
+                self.record.blame(P.MUTABLE)
+            raise
         self.model[dst][:n] = self.model[src][:n]
 
     @precondition(lambda self: len(self.sc["modes"]) < 2)
