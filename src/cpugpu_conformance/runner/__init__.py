@@ -4,6 +4,7 @@
     matrix_model  Matrix of MatrixCell (a Release on a RunnerDevice), the pairing of an unlisted release
     releases      which torch releases a package index or a folder of wheels offers
     install       one uv environment per torch, the installer and its progress, the torch check
+    source        the suite a cell runs (a checkout's, or the installed package's) and where environments go
     processes     signals (CellInterrupted) and process groups: run_suite, signal_group, kill_group
     cell_spec     what a cell is asked to run (CellSpec) and the record of one run (CellRun)
     cell          one cell: claim results/<cell>.json, install, run the suite, write its answer
