@@ -1,6 +1,8 @@
-"""The seed's bug in any engine object (issue 25): the walk (state_walk.py), the checks
-(state_checks.py), `assert_mutable_state`, and `MutableStateTests` in a project's own pytest
-run with the plugin, down to its standalone reproducers.
+"""The seed's bug in any engine object (issues 25 and 29): the walk (state_walk.py: partials,
+bound methods, closures and defaults too), the checks (state_checks.py: a view made in a mode is
+updated in grad mode too; placement), `assert_mutable_state`, and `MutableStateTests` in a
+project's own pytest run with the plugin, down to its standalone reproducers and what the
+terminal prints (state_report.py).
 
 Each engine-shaped broken class (engine_states.py) must be rejected on the path that holds the
 inference tensor, in exactly the creation contexts that make one; each fixed class must pass
@@ -31,8 +33,8 @@ import torch
 from cpugpu_conformance.testing import MutableStateTests, assert_mutable_state
 from cpugpu_conformance.testing.contexts import contexts_for
 from cpugpu_conformance.testing.mutable_state import check_class, check_state
-from cpugpu_conformance.testing.state_checks import in_place_refusal
-from cpugpu_conformance.testing.state_report import PhaseOutcome, Shown, message
+from cpugpu_conformance.testing.state_checks import in_place_refusal, placed_as
+from cpugpu_conformance.testing.state_report import PhaseOutcome, Shown, message, misplaced
 from cpugpu_conformance.testing.state_walk import WalkLimit, set_elements, walk
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1028,6 +1030,23 @@ def test_a_warm_up_that_raises_only_under_a_default_device_is_that_context_leaki
         message
     run = run_reproducer(project29, record["reproducer"], "repro_positions.py")
     assert run.returncode == 1 and "RuntimeError: index_copy()" in run.stderr, run.stderr
+
+
+def test_placement_compares_device_dtype_and_shape_and_names_a_tensor_only_one_build_has():
+    plain = check_state(types.SimpleNamespace(a=torch.zeros(2), b=torch.zeros(3), c=torch.zeros(4)))
+    here = check_state(types.SimpleNamespace(a=torch.zeros(2, device="meta"), b=torch.zeros(5), d=torch.zeros(1)))
+    assert misplaced(plain, here) == [("state.a", ("meta", "float32", (2,)), ("cpu", "float32", (2,))),
+                                      ("state.b", ("cpu", "float32", (5,)), ("cpu", "float32", (3,))),
+                                      ("state.d", ("cpu", "float32", (1,)), None),
+                                      ("state.c", None, ("cpu", "float32", (4,)))]
+    assert misplaced(plain, plain) == []
+
+
+def test_the_placement_check_of_a_reproducer_fails_on_a_path_that_leads_nowhere():
+    state = types.SimpleNamespace()
+    with pytest.raises(AssertionError, match=r"^state\.c: no tensor here; built plainly, on cpu, float32, shape \(4,\)$"):
+        placed_as("state.c", lambda: state.c, ("cpu", "float32", (4,)))
+    placed_as("state.c", lambda: state.c, None)  # neither build has one: nothing differs
 
 
 def test_a_build_that_could_not_be_compared_is_no_pass_and_says_so():
