@@ -1049,6 +1049,18 @@ def test_the_placement_check_of_a_reproducer_fails_on_a_path_that_leads_nowhere(
     placed_as("state.c", lambda: state.c, None)  # neither build has one: nothing differs
 
 
+def test_what_the_terminal_was_shown_is_of_one_run_only():
+    shown, run, again = Shown(), object(), object()
+    shown.start(run)
+    outcome = PhaseOutcome("built in the plain context", "plain", checked=check_state(inference(1)), script="x = 1\n")
+    first = message("TestOurs", "m.TestOurs", "cpu", "plain", [outcome], shown)
+    assert "Reproducer (" in first and "  state: an inference tensor" in first
+    shown.start(run)  # the same run: the same memory
+    assert "the 1 named above" in message("TestOurs", "m.TestOurs", "cpu", "plain", [outcome], shown)
+    shown.start(again)  # pytest run again in this process: named in full again
+    assert message("TestOurs", "m.TestOurs", "cpu", "plain", [outcome], shown) == first
+
+
 def test_a_build_that_could_not_be_compared_is_no_pass_and_says_so():
     outcome = PhaseOutcome("built in context default_device_meta", "default_device_meta",
                            checked=check_state(torch.zeros(1)),

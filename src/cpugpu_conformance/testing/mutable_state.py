@@ -45,7 +45,7 @@ from .reproducer import Name
 from .side_effects import caller_state
 from .stamps import CONTRACT_TESTS
 from .state_checks import built_and_warmed_up, in_place_refusal, note_changes, placement, warmed_up
-from .state_report import PLACEMENT, Checked, PhaseOutcome, message, misplaced, order_of
+from .state_report import PLACEMENT, SHOWN, Checked, PhaseOutcome, message, misplaced, order_of
 from .state_reproducer import StateScenario
 from .state_walk import DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, WalkLimit, normalize_exclusions, walk
 
@@ -376,6 +376,9 @@ def generate_tests(metafunc: pytest.Metafunc, plan: Any) -> bool:
         return False
     if metafunc.definition.stash.get(_PARAMETRIZED, False):
         return True
+    if SHOWN.run is not metafunc.config:  # a new run in this process: what an earlier one showed and built is not its
+        SHOWN.start(metafunc.config)
+        _PLAIN_BUILDS.clear()
     try:
         check_class(cls)
     except ValueError as exc:

@@ -166,10 +166,15 @@ class Shown:
         self.texts: dict[str, dict[str, str]] = {}  # class -> a refusal's text -> context
         self.reproducers: dict[tuple[str, str], str] = {}  # (class, cause) -> context
 
-    def forget(self) -> None:
-        self.findings.clear()
-        self.texts.clear()
-        self.reproducers.clear()
+        self.run: object = None  # the pytest run (its config) this memory is of
+
+    def start(self, run: object) -> None:
+        """Forget what an earlier run in this process showed (pytest run in-process, twice)."""
+        if run is not self.run:
+            self.findings.clear()
+            self.texts.clear()
+            self.reproducers.clear()
+            self.run = run
 
 
 SHOWN = Shown()
