@@ -34,6 +34,9 @@ SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
 # What the registry's functions read of torch.cuda: patch_torch replaces each with the fake's.
 PATCHED = ("device_count", "current_device", "current_stream", "Stream", "stream", "device", "synchronize",
            "_sleep", "get_sync_debug_mode", "set_sync_debug_mode", "Event", "CUDAGraph")
+# What the registry's device-generic functions read of torch.accelerator (torch 2.6 on): the fake's, too.
+PATCHED_ACCELERATOR = {"current_stream": "current_stream", "current_device_index": "current_device",
+                       "device_index": "device", "device_count": "device_count"}
 # torch's own messages (c10/cuda/CUDAFunctions.cpp; cudaGetErrorString of the capture errors).
 REFUSED_SYNC = "called a synchronizing CUDA operation"
 UNJOINED = "CUDA error: capture sequence contains a fork that was not joined to the primary stream"
@@ -210,11 +213,14 @@ class FakeCuda:
 
 
 def patch_torch(monkeypatch: Any, cuda: FakeCuda) -> FakeCuda:
-    """Put `cuda` in torch.cuda's place for one test (pytest's monkeypatch undoes it), and its answer to
+    """Put `cuda` in torch.cuda's place (and torch.accelerator's) for one test (pytest's monkeypatch undoes it), and its answer to
     whether a device has a CUDA context in torch._C's (absent from a CPU-only build)."""
     import torch
 
     for name in PATCHED:
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
+    for name, fake in PATCHED_ACCELERATOR.items():
+        if hasattr(torch, "accelerator"):
+            monkeypatch.setattr(torch.accelerator, name, getattr(cuda, fake))
     monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", cuda.has_primary_context, raising=False)
     return cuda

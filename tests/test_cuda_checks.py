@@ -662,9 +662,9 @@ def test_a_pinned_copy_leaves_the_stall_running_and_a_pageable_one_does_not():
         seen = []
         for _ in range(3):
             devices.cuda_sync(buf.gpu.device)
-            devices.cuda_stall(buf)
+            devices.accelerator_stall(buf)
             buf.copy_to_cpu()
-            seen.append(devices.cuda_idle(buf))
+            seen.append(devices.accelerator_idle(buf))
         devices.cuda_sync(buf.gpu.device)
         assert all(seen) if waits else not all(seen), (type(buf).__name__, seen)
 

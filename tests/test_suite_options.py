@@ -128,7 +128,7 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 def test_unknown_device_is_refused(tmp_path):
     proc = pytest_suite("--device", "tpu", "--cell-result", str(tmp_path / "cell.json"))
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert _one_line(proc) == "ERROR: --device 'tpu': unknown device; expected cpu, cuda or all"
+    assert _one_line(proc) == "ERROR: --device 'tpu': unknown device; expected cpu, cuda, sim or all"
     refused = results.CellResult.load(tmp_path / "cell.json")  # the refusal replaces an older result
     assert refused["status"] == "error" and "--device 'tpu'" in refused["detail"]
 
@@ -191,7 +191,7 @@ def test_cuda_not_asked_for_is_not_requested(tmp_path, device_args, requested, r
         assert promise["devices"]["cuda"]["verdict"] == "not_requested"
     # Promise 10 is about CUDA: on the CPU it has nothing to check, which is not a skip.
     assert run.result["promises"]["10"]["devices"]["cpu"] == {
-        "verdict": "not_applicable", "reason": "promise 10 is about cuda", "passed": 0, "failed": 0, "skipped": 0}
+        "verdict": "not_applicable", "reason": "promise 10 is about cuda and sim", "passed": 0, "failed": 0, "skipped": 0}
     assert run.verdict("11") == "recorded"
     assert "test_cuda_pinned_memory" not in run.stdout, "a test of a promise that does not apply ran"
     assert run.cell.answer().clean

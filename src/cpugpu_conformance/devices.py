@@ -25,6 +25,10 @@ def _never() -> bool:
     return False
 
 
+def _yes() -> bool:
+    return True
+
+
 def nothing_queued(device):
     """Work on this device is done when the call that queued it returns: there is nothing to wait for."""
 
@@ -39,6 +43,19 @@ class Device:
     name: str  # torch's device type: the --device value and the key in every result file
     # What a reproducer on this device needs, for its header ("" when any machine will do).
     needs: str = ""
+    # The index of the torch.device the suite passes (None: the bare type, the current device). sim
+    # passes its last device, so that a buffer that puts its tensor on device 0 whatever it was asked,
+    # or works on the current device's streams instead of its own, is seen (promises 1 and 10).
+    index: int | None = None
+    # What a reproducer on this device runs first (after the imports), e.g. loading a backend.
+    setup: str = ""
+    # Tested only when asked for by name (--device NAME): testing it changes the process (sim becomes
+    # torch's accelerator), so neither the default nor `all` includes it. prepare() readies it for the
+    # run; its answer is why it cannot be (None: ready).
+    by_name_only: bool = False
+    prepare: Callable[[], str | None] = _always_here
+    # Whether the device is in this process now (sim: loaded); an accelerator only then.
+    loaded: Callable[[], bool] = _yes
     # pin_memory=True asks for page-locked host memory for copies to this device (promise 10);
     # where it does not apply, only pin_memory=False is drawn (promise 11 records the rest).
     pinning: bool = False
@@ -87,6 +104,12 @@ class Device:
 
     def missing_reason(self) -> str | None:
         return self.missing()
+
+    def argument(self) -> Any:
+        """The torch.device the suite passes to the constructor, as callers pass one."""
+        import torch
+
+        return torch.device(self.name) if self.index is None else torch.device(self.name, self.index)
 
     @property
     def available(self) -> bool:
@@ -141,22 +164,6 @@ def cuda_sync(device):
         indices = [i for i in range(torch.cuda.device_count()) if torch._C._cuda_hasPrimaryContext(i)]
     for index in indices:
         torch.cuda.current_stream(index).synchronize()
-
-
-def cuda_stall(buf):
-    """A spin of 2**25 GPU clock cycles (about 17 ms at 2 GHz): counted in the GPU's own cycles, so it
-    shortens only as clocks rise, and stays thousands of times what the host takes to queue a copy."""
-    import torch
-
-    with torch.cuda.device(buf.gpu.device):
-        torch.cuda._sleep(1 << 25)
-
-
-def cuda_idle(buf):
-    """Whether every job queued on the current stream of buf's device is done."""
-    import torch
-
-    return torch.cuda.current_stream(buf.gpu.device).query()
 
 
 def cuda_capture(buf, copying):
@@ -220,12 +227,6 @@ def cuda_allow_sync(device, previous):
     torch.cuda.set_sync_debug_mode(previous)
 
 
-def cuda_caller_state(device):
-    import torch
-
-    return {"current CUDA device": torch.cuda.current_device(), "current CUDA stream": torch.cuda.current_stream()}
-
-
 def default_device_cuda(make, *args):
     import torch
 
@@ -252,6 +253,144 @@ def cuda_side_stream(make, *args):
     return made
 
 
+# --- written once over torch's device-generic API (torch.Stream, torch.accelerator): sim's, and CUDA's
+# stall, idle and caller state. Where torch predates torch.accelerator (before 2.6), the device's own
+# module (torch.cuda) answers the same questions.
+
+
+def current_stream(device):
+    """The caller's current stream on `device` (its index; with none, the current device's)."""
+    import torch
+
+    if hasattr(torch, "accelerator"):
+        return torch.accelerator.current_stream(device)
+    return getattr(torch, device.type).current_stream(device)
+
+
+def current_index(device):
+    """The caller's current device index of `device`'s type."""
+    import torch
+
+    if hasattr(torch, "accelerator"):
+        return torch.accelerator.current_device_index()
+    return getattr(torch, device.type).current_device()
+
+
+def made_current(device):
+    """A context in which `device`'s index is the current device (none: no change)."""
+    import torch
+
+    if hasattr(torch, "accelerator"):
+        return torch.accelerator.device_index(device.index)
+    return getattr(torch, device.type).device(device)
+
+
+def accelerator_stall(buf):
+    """A job of 2**25 cycles on the current stream of buf's device, by the device module's _sleep: on CUDA
+    GPU clock cycles (about 17 ms at 2 GHz), counted in the GPU's own cycles, so it shortens only as clocks
+    rise; on sim a 1 GHz simulated clock (34 ms). Either way thousands of times what the host takes to
+    queue a copy."""
+    import torch
+
+    with made_current(buf.gpu.device):
+        getattr(torch, buf.gpu.device.type)._sleep(1 << 25)
+
+
+def accelerator_idle(buf):
+    """Whether every job queued on the current stream of buf's device is done."""
+    return current_stream(buf.gpu.device).query()
+
+
+def accelerator_caller_state(device):
+    """The current device, its current stream, and the current stream of `device` itself where it has an
+    index (a buffer on sim:1 must leave sim:1's current stream alone too)."""
+    import torch
+
+    kind = torch.device(device.type)
+    state = {f"current {device.type} device": current_index(kind), f"current {device.type} stream": current_stream(kind)}
+    if device.index is not None:
+        state[f"current stream of {device}"] = current_stream(device)
+    return state
+
+
+def accelerator_sync(device):
+    """The caller's current stream on the buffer's device (`device`'s own index), or, for a device with no
+    index, on every device of the type. Never torch.accelerator.synchronize(), which waits for every stream
+    and hides a copy on a private one. (CUDA has its own, which leaves a GPU with no context untouched.)"""
+    import torch
+
+    indices = [device.index] if device.index is not None else range(torch.accelerator.device_count())
+    for index in indices:
+        torch.accelerator.current_stream(index).synchronize()
+
+
+# --- sim, the project's simulated accelerator (cpugpu_conformance.sim)
+
+
+def _sim_missing() -> str | None:
+    from . import sim
+
+    return sim.missing()
+
+
+def _sim_loaded() -> bool:
+    from . import sim
+
+    return sim.loaded()
+
+
+def _sim_prepare() -> str | None:
+    from . import sim
+
+    try:
+        sim.load()
+    except sim.SimUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def sim_capture(buf, copying):
+    """Run copying() and report work it queued on a stream that the caller's current stream on buf's device
+    never waits for (sim's own bookkeeping of which stream waited for which, cpugpu_conformance.sim's
+    unjoined_work: what CUDA's graph capture refuses as an unjoined fork, seen every time). Unlike a
+    capture, the copy runs."""
+    import torch
+
+    device = buf.gpu.device
+    torch.ops.sim.join_check_begin(device.index, torch.accelerator.current_stream(device).stream_id)
+    try:
+        copying()
+    finally:
+        unjoined = list(torch.ops.sim.join_check_end())
+    return "; ".join(unjoined) if unjoined else None
+
+
+def default_device_sim(make, *args):
+    import torch
+
+    with torch.device("sim"):
+        return make(*args)
+
+
+def accelerator_device_last(make, *args):
+    import torch
+
+    with torch.accelerator.device_index(torch.accelerator.device_count() - 1):
+        return make(*args)
+
+
+def accelerator_side_stream(make, *args):
+    """The zero-fill is queued on the side stream: the caller's stream waits for it once the
+    context is left, before the tensors are used there (the rule for crossing streams)."""
+    import torch
+
+    side_stream = torch.Stream()
+    with side_stream:
+        made = make(*args)
+    torch.accelerator.current_stream().wait_stream(side_stream)
+    return made
+
+
 CPU = Device("cpu")
 
 CUDA = Device(
@@ -259,23 +398,41 @@ CUDA = Device(
     needs="a CUDA device",
     pinning=True,
     sync=cuda_sync,
-    stall=cuda_stall,
-    idle=cuda_idle,
+    stall=accelerator_stall,
+    idle=accelerator_idle,
     capture=cuda_capture,
     forbid_sync=cuda_forbid_sync,
     allow_sync=cuda_allow_sync,
     sync_refusal="called a synchronizing",  # torch: "called a synchronizing CUDA operation"
     forbids_sync=_cuda_forbids_sync,
     launch_blocking_env="CUDA_LAUNCH_BLOCKING",
-    caller_state=cuda_caller_state,
+    caller_state=accelerator_caller_state,
     # A default CUDA device, the last device made current, a side stream.
     contexts=(default_device_cuda, cuda_device_last, cuda_side_stream),
     inert_contexts=(("cuda_device_last", _cuda_last_device_is_current),),
     missing=_cuda_missing,
 )
 
+SIM = Device(
+    "sim",
+    needs="the simulated device: cpugpu_conformance.sim, built here (a C++ compiler and ninja)",
+    index=1,  # the last of its two devices: not the current one
+    setup="from cpugpu_conformance import sim\n\nsim.load()  # the simulated accelerator, sim:0 and sim:1\n",
+    by_name_only=True,
+    prepare=_sim_prepare,
+    loaded=_sim_loaded,
+    pinning=True,
+    sync=accelerator_sync,
+    stall=accelerator_stall,
+    idle=accelerator_idle,
+    capture=sim_capture,
+    caller_state=accelerator_caller_state,
+    contexts=(default_device_sim, accelerator_device_last, accelerator_side_stream),
+    missing=_sim_missing,
+)
+
 # In the order every report lists them.
-REGISTRY: dict[str, Device] = {d.name: d for d in (CPU, CUDA)}
+REGISTRY: dict[str, Device] = {d.name: d for d in (CPU, CUDA, SIM)}
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 
 
@@ -297,7 +454,7 @@ def unavailable() -> dict[str, str]:
 
 def accelerators(unavailable: Mapping[str, str]) -> tuple[str, ...]:
     """The devices pinned memory serves that this machine has, given what it lacks (`unavailable()`)."""
-    return tuple(d.name for d in REGISTRY.values() if d.pinning and d.name not in unavailable)
+    return tuple(d.name for d in REGISTRY.values() if d.pinning and d.name not in unavailable and d.loaded())
 
 
 def accelerator_present() -> bool:

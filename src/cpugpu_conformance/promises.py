@@ -44,7 +44,7 @@ RECORDED_ONLY = frozenset({"11"})
 # device. A promise that does not apply has no check to run there, which is not a skip.
 # The one statement of where a promise applies: the suite deselects its tests elsewhere.
 APPLIES_TO: dict[str, tuple[str, ...]] = {
-    "10": ("cuda",),  # CUDA specifics: pinned memory, non-blocking copies
+    "10": ("cuda", "sim"),  # an accelerator's: pinned memory, non-blocking copies on the caller's stream
     "11": ("cpu",),  # pin_memory=True with no accelerator
 }
 

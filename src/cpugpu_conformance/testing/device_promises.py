@@ -1,11 +1,11 @@
-"""Promises 10 and 11: CUDA specifics, and pin_memory=True without an accelerator (recorded).
+"""Promises 10 and 11: an accelerator's copies, and pin_memory=True without an accelerator (recorded).
 
-Each runs only where its promise applies (promises.not_applicable: promise 10 on CUDA,
-promise 11 on the CPU of a machine with no accelerator): elsewhere it is deselected, so the
+Each runs only where its promise applies (promises.not_applicable: promise 10 on an accelerator,
+CUDA or sim, promise 11 on the CPU of a machine with no accelerator): elsewhere it is deselected, so the
 result says "not applicable", never "skipped". How to synchronize a device (sync(): the
 caller's current stream), queue a long job there, capture work without running it, or refuse a
-hidden synchronize come from the registry, devices.py; a check the machine cannot make is
-skipped with the reason.
+hidden synchronize come from the registry, devices.py, written over torch's device-generic
+API where torch has it; a check the machine cannot make is skipped with the reason.
 
 PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
 and the functions go into reproducers as they are written.
@@ -135,8 +135,9 @@ def copy_returns_before_queued_work(buf, method, n, device, sync_refusal, tries=
 def copy_joins_the_caller_stream(buf, method, n):
     """Whatever the copy queues on another stream, the caller's current stream waits for: a stream forked
     from the caller's (made to wait for it) and never joined back leaves the copy unfinished when the
-    caller's stream is synchronized. Seen by capturing the copy into a CUDA graph, which refuses an
-    unjoined fork every time, where timing almost never sees it (copy_lands_in_order). Only a copy of
+    caller's stream is synchronized. Seen by capturing the copy (on CUDA into a graph, which refuses an
+    unjoined fork every time; on sim by its bookkeeping of which stream waited for which), where timing
+    almost never sees it (copy_lands_in_order). Only a copy of
     pinned memory can be captured: a pageable buffer is promise 10's failure already (pinned_when_asked).
     Garbage collection is off during the capture: a pinned buffer freed then would record its release
     into the graph."""
@@ -172,7 +173,7 @@ def _headline(exc: BaseException) -> str:
 
 
 class DeviceTests(BufferTests):
-    """Promise 10 (on CUDA: copies in order on the caller's stream, not blocking from pinned memory)
+    """Promise 10 (on an accelerator: copies in order on the caller's stream, not blocking from pinned memory)
     and promise 11 (pin_memory=True with no accelerator: either outcome, recorded)."""
 
     @pytest.fixture
@@ -199,7 +200,7 @@ class DeviceTests(BufferTests):
     @property_test(P.CUDA_SPECIFICS)
     def test_copies_with_pinned_memory_do_not_block_the_host(self, record, device, method, non_blocking_check, data):
         """From pinned memory a copy returns without waiting for queued work, and whatever it queues on
-        another stream, the caller's stream waits for (a CUDA graph capture shows a fork left unjoined)."""
+        another stream, the caller's stream waits for (a capture shows a fork left unjoined)."""
         dev = devices.get(device)
         assert dev.capture, f"the registry says promise 10 applies to {device}, but not how to capture work there"
         sc = self.build(record, device, data, s.byte_dtype(device), contexts=True, nonempty=True, pin_memory=True)

@@ -61,23 +61,33 @@ class DevicePlan:
 
 def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: Mapping[str, str] = FLAGS) -> DevicePlan:
     """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
-    this machine cannot test it (devices.unavailable())."""
+    this machine cannot test it (devices.unavailable()). A device tested only by name (sim) is
+    left out of the default and of `all`, and readied here (loaded) when it is the one asked for."""
     check_device_option(option, spelling)
+    unavailable = dict(unavailable)
+    by_name = {d for d in DEVICES if devices.get(d).by_name_only}
+    if option in by_name and option not in unavailable:
+        why = devices.get(option).prepare()
+        if why is not None:
+            unavailable[option] = why
+    left_out = {d: f"not requested: {d} is tested only when asked for by name ({spelling['device']} {d}), since "
+                   f"loading it makes it torch's accelerator for the whole process" for d in by_name if d != option}
     present = devices.accelerators(unavailable)
     if option is None:
         return DevicePlan(
             None,
-            tuple(d for d in DEVICES if d not in unavailable),
-            not_requested={d: f"not requested (default: the devices this machine has): {why}"
-                           for d, why in unavailable.items()},
+            tuple(d for d in DEVICES if d not in unavailable and d not in by_name),
+            not_requested={**{d: f"not requested (default: the devices this machine has): {why}"
+                              for d, why in unavailable.items() if d not in by_name}, **left_out},
             accelerators=present,
         )
-    wanted = list(DEVICES) if option == "all" else [option]
+    wanted = [d for d in DEVICES if d not in by_name] if option == "all" else [option]
     return DevicePlan(
         option,
         tuple(d for d in wanted if d not in unavailable),
         skipped={d: unavailable[d] for d in wanted if d in unavailable},
-        not_requested={d: f"not requested ({spelling['device']} {option})" for d in DEVICES if d not in wanted},
+        not_requested={**{d: f"not requested ({spelling['device']} {option})" for d in DEVICES if d not in wanted},
+                       **(left_out if option == "all" else {})},
         accelerators=present,
     )
 

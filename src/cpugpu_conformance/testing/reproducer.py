@@ -157,7 +157,7 @@ class Scenario:
         self.ns: dict[str, Any] = {}
         self._adapter = adapter
         # Callers pass a torch.device and real implementations read device.type: so does the suite.
-        self.bind(device=torch.device(device), **values)
+        self.bind(device=devices.get(device).argument(), **values)
         if factory is not None:
             # make() builds the buffer from the values bound when it is called.
             self.ns["make"] = lambda: factory(*self.ns["size"], **self._constructor_values())
@@ -257,8 +257,9 @@ class Scenario:
     def script(self, extra: Step | None = None) -> str:
         steps = self.steps + ([extra] if extra else [])
         imports, definitions = self._definitions(steps)
+        setup = devices.get(self.device).setup  # a backend to load first (sim)
         head = (self.header + "import numpy as np\nimport torch\n" + "".join(f"{line}\n" for line in imports)
-                + "\n" + self.record.impl_import.rstrip("\n") + "\n")
+                + "\n" + self.record.impl_import.rstrip("\n") + "\n" + (f"\n{setup}" if setup else ""))
         body = "".join(step.line for step in steps) + 'print("ok: the promise held")\n'
         # PEP 8: two blank lines around each definition, none doubled.
         return "\n\n".join([head, *(d.rstrip("\n") + "\n" for d in definitions), body])
