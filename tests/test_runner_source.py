@@ -155,3 +155,23 @@ def test_the_teams_own_tests_with_the_plugin_off_leave_no_earlier_pass(tmp_path,
     else:
         assert cell.status == "error" and "--hypothesis-profile" in cell.detail, cell.detail
     assert not cell.answer().clean
+
+
+def test_a_checkouts_suite_run_from_a_project_of_ones_own_runs_there(tmp_path):
+    """An editable install used from the user's project: the checkout's conformance/, run in their
+    folder (an --impl module imports from there), reading none of its pytest configuration, leaving
+    nothing in it but the results."""
+    import inspect
+
+    from suite_runner import PRE_FIX_IMPL, hostile_cwd
+
+    from cpugpu_conformance import variants
+
+    project = hostile_cwd(tmp_path / "project")
+    (project / "buffers.py").write_text(PRE_FIX_IMPL.format(source=inspect.getsource(variants.PreFixCpuGpuBuffer)))
+    proc = cell_in(project, project / "results", "--impl", "buffers:PreFixCpuGpuBuffer", "--", "--promise", "3")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    cell = results.CellResult.load(project / "results" / f"torch-{RELEASE}-cpu.json")
+    assert cell.status == "completed" and cell.outcome("3", "cpu").kind == "failed", cell.detail
+    assert f"rootdir: {REPO}" in proc.stdout and "configfile: pyproject.toml" in proc.stdout, proc.stdout[:2000]
+    assert sorted(p.name for p in project.iterdir()) == ["buffers.py", "conftest.py", "pytest.ini", "results"]

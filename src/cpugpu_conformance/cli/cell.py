@@ -87,9 +87,13 @@ def run_matrix_cell(cell: matrices.MatrixCell, *, env_dir: Path, python_version:
     folder. ``package``: the installed package whose suite runs (project_dir: the folder it runs in),
     in place of the checkout at project_dir. Raises results.ResultPathBusy when another run holds its
     result path, processes.CellInterrupted after recording a signal."""
+    # The team's tests, and the shipped suite of a checkout the command runs outside of (an editable
+    # install used from the user's project), run in the current folder: an --impl module imports from there.
+    here = Path.cwd()
+    outside = package is None and not here.resolve().is_relative_to(Path(project_dir).resolve())
     spec = CellSpec.from_matrix_cell(cell, results_dir=results_dir, project_dir=project_dir,
                                      pytest_args=pytest_args, name=name, tests=tests,
-                                     workdir=Path.cwd() if tests else None, package=package)
+                                     workdir=here if tests or outside else None, package=package)
     if python is not None:
         return cells.run_cell(spec, python)
     return cells.create_env_and_run(spec, Path(env_dir), python_version)

@@ -57,14 +57,18 @@ def with_tail(headline: str, tail: list[str]) -> str:
 
 
 def suite_command(spec: CellSpec, python: Path | str, suite: Path | None = None) -> list[str]:
-    """The cell's pytest run of conformance/ (in the checkout), or of the installed suite at ``suite``
-    (a copy of the package's, source.InstalledPackage.copy), writing to the staging path, with what
-    the cell sets."""
-    if suite is not None:
-        # As `cpugpu-conformance run` runs it: the suite's own ini, rootdir and confcutdir, so nothing in the
-        # folder it runs in (the user's) is read; its options joined to their values, never read as paths.
-        cmd = [str(python), "-c", SUITE_LAUNCHER, "-c", str(suite / SUITE_INI), "--rootdir", str(suite),
-               "--confcutdir", str(suite), "-p", "no:cacheprovider", str(suite),
+    """The cell's pytest run of conformance/ (in the checkout, or with ``spec.workdir`` from the user's
+    folder), or of the installed suite at ``suite`` (a copy of the package's,
+    source.InstalledPackage.copy), writing to the staging path, with what the cell sets."""
+    if suite is None and spec.workdir is not None:  # a checkout's suite, run from the user's folder
+        checkout = spec.project_dir.resolve()
+        where = ["-c", str(checkout / "pyproject.toml"), "--rootdir", str(checkout), str(checkout / "conformance")]
+    elif suite is not None:  # the installed package's, as `cpugpu-conformance run` runs it
+        where = ["-c", str(suite / SUITE_INI), "--rootdir", str(suite), "--confcutdir", str(suite), str(suite)]
+    if suite is not None or spec.workdir is not None:
+        # The suite's own configuration and rootdir, so nothing in the folder it runs in (the user's) is
+        # read; its options joined to their values, never taken for paths there.
+        cmd = [str(python), "-c", SUITE_LAUNCHER, *where, "-p", "no:cacheprovider",
                f"--cell-result={spec.staging_path.resolve()}", f"--cell-name={spec.name}",
                f"--hypothesis-profile={spec.hypothesis_profile}"]
         return cmd + ([f"--device={spec.device}"] if spec.device else []) + list(spec.pytest_args)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -227,10 +228,16 @@ def _check_and_test(run: CellRun, python: Path | str, env_dir: Path | None) -> r
 @contextlib.contextmanager
 def suite_files(spec: CellSpec) -> Iterator[tuple[Path | None, dict[str, str] | None]]:
     """Where the suite is, and the test process's environment: from a checkout, (None, None): its
-    conformance/, this environment as it is. From an installed package, a copy of it first on
-    PYTHONPATH (source.InstalledPackage.copy) and the copy's suite, for the length of the block."""
-    if spec.package is None:
-        yield None, None
+    conformance/, this environment as it is (run from the user's folder: hypothesis's database in a
+    temporary folder). From an installed package, a copy of it first on PYTHONPATH
+    (source.InstalledPackage.copy) and the copy's suite, for the length of the block."""
+    if spec.package is None and (spec.workdir is None or spec.tests is not None):
+        yield None, None  # in the checkout; or the team's own pytest in their folder, as they run it
+        return
+    if spec.package is None:  # a checkout's suite run from the user's folder: nothing of the run stays there
+        with tempfile.TemporaryDirectory(prefix="cpugpu-conformance-cell-") as tmp:
+            storage = os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or str(Path(tmp) / "hypothesis")
+            yield None, dict(os.environ, HYPOTHESIS_STORAGE_DIRECTORY=storage)
         return
     with spec.package.copy() as top:
         path = os.pathsep.join(p for p in (str(top), os.environ.get("PYTHONPATH", "")) if p)

@@ -38,7 +38,8 @@ class CellSpec:
     find_links: str | None = None  # a folder of wheels the installer searches too
     offline: bool = False  # the installer uses no network
     # A team's own tests (the library: their pytest, with the plugin) in place of the shipped suite,
-    # run in ``workdir`` (their checkout); None: the shipped suite, in project_dir.
+    # run in ``workdir`` (their checkout); None: the shipped suite, in ``workdir`` when given (the
+    # user's folder, for a checkout's suite run from outside it), else in project_dir.
     tests: str | None = None
     workdir: Path | None = None
     # An installed package (a wheel, a git install) in place of a checkout: the cell installs its
