@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from suite_runner import REPO, outside_env
-from third_party import make_project, run_project
+from third_party import broken_class_project, run_project
 
 BIN = Path(sys.executable).parent
 
@@ -41,14 +41,8 @@ class IgnoresN(CpuGpuBuffer):
 
 def project(tmp_path: Path, body: str = "", buffer: str = "NoNumpyByDefault", bases: str = "BufferContractTests",
             conftest_extra: str = "") -> Path:
-    module = (f"import pytest  # noqa: F401\n\nfrom cpugpu_conformance.testing import {bases}\n"
-              f"from broken import {buffer}\n\n\nclass TestOurs({bases}):\n    buffer_cls = {buffer}\n{body}")
-    where = make_project(tmp_path / "ours", {"test_ours.py": module})
-    (where / "broken.py").write_text(BROKEN)
-    if conftest_extra:
-        with (where / "conftest.py").open("a") as conftest:
-            conftest.write(conftest_extra)
-    return where
+    return broken_class_project(tmp_path / "ours", "broken", BROKEN, buffer, body=body, bases=bases,
+                                conftest_extra=conftest_extra)
 
 
 def run(where: Path, *args: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from suite_runner import REPO, outside_env
-from third_party import make_project, run_project
+from third_party import broken_class_project, make_project, run_project
 
 BIN = Path(sys.executable).parent
 
@@ -49,14 +49,8 @@ class ZeroMeansAll(CpuGpuBuffer):
 
 def project(tmp_path: Path, buffer: str = "FirstTimeBroken", body: str = "", conftest_extra: str = "",
             bases: str = "BufferContractTests") -> Path:
-    module = (f"import pytest  # noqa: F401\n\nfrom cpugpu_conformance.testing import {bases}\n"
-              f"from firstuse import {buffer}\n\n\nclass TestOurs({bases}):\n    buffer_cls = {buffer}\n{body}")
-    where = make_project(tmp_path / "ours", {"test_ours.py": module})
-    (where / "firstuse.py").write_text(FIRST_USE)
-    if conftest_extra:
-        with (where / "conftest.py").open("a") as conftest:
-            conftest.write(conftest_extra)
-    return where
+    return broken_class_project(tmp_path / "ours", "firstuse", FIRST_USE, buffer, body=body, bases=bases,
+                                conftest_extra=conftest_extra)
 
 
 def run(where: Path, *args: str, env: dict[str, str] | None = None):

@@ -148,6 +148,20 @@ def make_project(where: Path, modules: dict[str, str]) -> Path:
     return where
 
 
+def broken_class_project(where: Path, module: str, source: str, buffer: str, *, body: str = "",
+                         bases: str = "BufferContractTests", conftest_extra: str = "") -> Path:
+    """A project whose ``module`` (its source given) holds broken classes, and one test class of
+    ``bases`` against ``buffer`` from it, with ``body``; ``conftest_extra`` appended to its conftest."""
+    test = (f"import pytest  # noqa: F401\n\nfrom cpugpu_conformance.testing import {bases}\n"
+            f"from {module} import {buffer}\n\n\nclass TestOurs({bases}):\n    buffer_cls = {buffer}\n{body}")
+    make_project(where, {"test_ours.py": test})
+    (where / f"{module}.py").write_text(source)
+    if conftest_extra:
+        with (where / "conftest.py").open("a") as conftest:
+            conftest.write(conftest_extra)
+    return where
+
+
 @dataclass(frozen=True)
 class Case:
     """One test case as the run's JUnit XML says: its class, its name, what became of it."""
