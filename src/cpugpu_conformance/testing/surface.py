@@ -51,7 +51,7 @@ def _declared(mro: tuple[type, ...]) -> frozenset[str]:
     return frozenset(allowed)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def collisions(cls: type) -> tuple[str, ...]:
     """Each undeclared library name a non-library class in ``cls``'s MRO defines, as one line:
     ``TestOurs defines `scenario`, a helper the contract's tests call (BufferTests.scenario)``."""
