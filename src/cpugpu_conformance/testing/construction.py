@@ -31,9 +31,10 @@ class ShapeAndDtypeTests(BufferTests):
     @contract_test(P.SHAPE_AND_DTYPE)
     def test_every_dtype_in_every_context(self, record, device, context):
         """Every dtype the installed torch can make on the device, in every creation context, at two
-        dimensions and at six (SWEEP_SIZES), every run, the simplest first: a class that widens uint16 to int32, or passes dtype=None for "the
-        default anyway" (wrong for float32 in one context only), is caught whatever the examples
-        drawn, and its reproducer names the most ordinary dtype it breaks."""
+        dimensions and at six (SWEEP_SIZES), every run, the simplest first: a class that widens uint16
+        to int32, or passes dtype=None for "the default anyway" (wrong for float32 in one context
+        only), or folds dimensions past the third, is caught whatever the examples drawn, and its
+        reproducer names the most ordinary dtype it breaks."""
         for size in SWEEP_SIZES:
             for info in dtypes.simplest_first(dtypes.all_dtypes(device)):
                 sc = self.scenario(record, device, size=size, dtype=info.dtype, pin_memory=False,

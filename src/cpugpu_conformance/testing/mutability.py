@@ -195,8 +195,8 @@ class MutabilityTests(BufferTests):
                 sc.call(original_bug)
             except Exception as exc:
                 if INFERENCE_REFUSAL not in str(exc):  # the bug itself is promise 3's; any other step is its own
-                    blame_by_line(record, exc, original_bug, (("copy_to_", P.PARTIAL_COPIES), ("sync(", P.PARTIAL_COPIES),
-                                                              ("buf.np", P.NUMPY_VIEW)))
+                    blame_by_line(record, exc, original_bug, (
+                        ("copy_to_", P.PARTIAL_COPIES), ("sync(", P.PARTIAL_COPIES), ("buf.np", P.NUMPY_VIEW)))
                     if line_that_raised(exc, use_first):  # the first use, inside inference mode
                         blame_first_use(record, exc, P.MUTABLE)
                 raise
