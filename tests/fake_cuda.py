@@ -36,7 +36,7 @@ PATCHED = ("device_count", "current_device", "current_stream", "Stream", "stream
            "_sleep", "get_sync_debug_mode", "set_sync_debug_mode", "Event", "CUDAGraph")
 # What the registry's device-generic functions read of torch.accelerator (torch 2.6 on): the fake's, too.
 PATCHED_ACCELERATOR = {"current_stream": "current_stream", "current_device_index": "current_device",
-                       "device_index": "device", "device_count": "device_count"}
+                       "device_index": "device", "device_count": "device_count", "synchronize": "synchronize"}
 # torch's own messages (c10/cuda/CUDAFunctions.cpp; cudaGetErrorString of the capture errors).
 REFUSED_SYNC = "called a synchronizing CUDA operation"
 UNJOINED = "CUDA error: capture sequence contains a fork that was not joined to the primary stream"
@@ -62,6 +62,14 @@ class FakeStream:
 
     def query(self) -> bool:
         return not self.jobs
+
+    def __enter__(self) -> FakeStream:  # `with stream:` (torch.Stream): current on its device until left
+        self._made_current = self.cuda.stream(self)
+        self._made_current.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._made_current.__exit__(*exc)
 
     def __repr__(self) -> str:
         return f"<stream {self.name}>"
@@ -143,7 +151,7 @@ class FakeCuda:
         self.streams.append(stream)
         return stream
 
-    def Event(self, enable_timing: bool = False, blocking: bool = False) -> FakeEvent:  # noqa: N802 (torch's name)
+    def Event(self, enable_timing: bool = False, blocking: bool = False, device: Any = None) -> FakeEvent:  # noqa: N802
         return FakeEvent(self)
 
     def CUDAGraph(self) -> FakeGraph:  # noqa: N802 (torch's name)
@@ -222,5 +230,6 @@ def patch_torch(monkeypatch: Any, cuda: FakeCuda) -> FakeCuda:
     for name, fake in PATCHED_ACCELERATOR.items():
         if hasattr(torch, "accelerator"):
             monkeypatch.setattr(torch.accelerator, name, getattr(cuda, fake))
+    monkeypatch.setattr(torch, "Event", cuda.Event)  # torch.Event(device=...), the device-generic event
     monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", cuda.has_primary_context, raising=False)
     return cuda

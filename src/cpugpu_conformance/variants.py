@@ -224,16 +224,16 @@ class PooledBuffer(CpuGpuBuffer):
 
 
 class PrivateStreamBuffer(CpuGpuBuffer):
-    """On CUDA, copies on a stream of its own that the caller's current stream never waits for
+    """On an accelerator (CUDA, sim), copies on a stream of its own that the caller's current stream never waits for
     (no wait_stream): the data lands once the whole device is synchronized, but not in order with
-    the caller's work, nor once the caller's stream is synchronized. Off CUDA it is the reference."""
+    the caller's work, nor once the caller's stream is synchronized. On the CPU it is the reference."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
         super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
-        self._stream = torch.cuda.Stream(self.gpu.device) if self.gpu.device.type == "cuda" else None
+        self._stream = torch.Stream(device=self.gpu.device) if self.gpu.device.type != "cpu" else None
 
     def _own_stream(self):
-        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+        return self._stream if self._stream is not None else contextlib.nullcontext()
 
     def copy_to_gpu(self, n=None):
         with self._own_stream():
@@ -245,24 +245,24 @@ class PrivateStreamBuffer(CpuGpuBuffer):
 
 
 class ForkedStreamBuffer(PrivateStreamBuffer):
-    """On CUDA, copies on a stream of its own that first waits for the caller's current stream
+    """On an accelerator, copies on a stream of its own that first waits for the caller's current stream
     (wait_stream), but that the caller's stream never waits for: the copy lands after the caller's
     work, yet nothing makes it land before the caller's stream is synchronized. Timing almost never
-    sees it (the copy starts as the caller's work ends and lands before the host reads); a CUDA graph
-    capture refuses the fork left unjoined every time. Off CUDA it is the reference."""
+    sees it (the copy starts as the caller's work ends and lands before the host reads); a capture (a
+    CUDA graph; sim's join bookkeeping) sees the fork left unjoined every time. On the CPU it is the reference."""
 
     def _own_stream(self):
         if self._stream is not None:
-            self._stream.wait_stream(torch.cuda.current_stream(self.gpu.device))
+            self._stream.wait_stream(torch.accelerator.current_stream(self.gpu.device))
         return super()._own_stream()
 
 
 class _WaitsAfterEachCopy(CpuGpuBuffer):
-    """The reference, then, on CUDA, self._wait() after each copy."""
+    """The reference, then, on an accelerator, self._wait() after each copy."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
         super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
-        self._on_cuda = self.gpu.device.type == "cuda"
+        self._on_cuda = self.gpu.device.type != "cpu"  # on an accelerator: CUDA, sim
 
     def _wait(self):
         raise NotImplementedError
@@ -281,22 +281,22 @@ class _WaitsAfterEachCopy(CpuGpuBuffer):
 
 
 class SynchronizingCopiesBuffer(_WaitsAfterEachCopy):
-    """On CUDA, ends each copy with torch.cuda.synchronize(): the data is there when the copy returns,
-    but the host waited for every job queued before it (cudaDeviceSynchronize, which torch's sync
-    debug mode does not refuse). Off CUDA it is the reference."""
+    """On an accelerator, ends each copy with torch.accelerator.synchronize(): the data is there when the
+    copy returns, but the host waited for every job queued before it (on CUDA cudaDeviceSynchronize, which
+    torch's sync debug mode does not refuse). On the CPU it is the reference."""
 
     def _wait(self):
-        torch.cuda.synchronize(self.gpu.device)
+        torch.accelerator.synchronize(self.gpu.device)
 
 
 class EventWaitingBuffer(_WaitsAfterEachCopy):
-    """On CUDA, ends each copy by recording an event on the current stream and waiting for it
+    """On an accelerator, ends each copy by recording an event on the current stream and waiting for it
     (Event.synchronize(), which torch's sync debug mode does not refuse): the host waited for every
-    job queued before the copy. Off CUDA it is the reference."""
+    job queued before the copy. On the CPU it is the reference."""
 
     def _wait(self):
-        done = torch.cuda.Event()
-        done.record()
+        done = torch.Event(device=self.gpu.device)
+        done.record(torch.accelerator.current_stream(self.gpu.device))
         done.synchronize()
 
 
@@ -548,12 +548,12 @@ class PoisonedHostBuffer(CpuGpuBuffer):
 
 # Where a variant breaks on some devices only: (fails_on, passes_on). Every other one fails everywhere.
 _ONLY_ON: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    SharedStorageBuffer: (("cpu",), ("cuda",)),  # it shares the storage only when the device is the CPU
-    PrivateStreamBuffer: (("cuda",), ("cpu",)),  # a CUDA stream of its own; the CPU has no streams
-    ForkedStreamBuffer: (("cuda",), ("cpu",)),
-    SynchronizingCopiesBuffer: (("cuda",), ("cpu",)),  # it waits for the device on CUDA only
-    EventWaitingBuffer: (("cuda",), ("cpu",)),
-    PageableHostBuffer: (("cuda",), ("cpu",)),  # pinning applies to CUDA only
+    SharedStorageBuffer: (("cpu",), ("cuda", "sim")),  # it shares the storage only when the device is the CPU
+    PrivateStreamBuffer: (("cuda", "sim"), ("cpu",)),  # a stream of its own; the CPU has no streams
+    ForkedStreamBuffer: (("cuda", "sim"), ("cpu",)),
+    SynchronizingCopiesBuffer: (("cuda", "sim"), ("cpu",)),  # it waits for an accelerator only
+    EventWaitingBuffer: (("cuda", "sim"), ("cpu",)),
+    PageableHostBuffer: (("cuda", "sim"), ("cpu",)),  # pinning applies to an accelerator only
 }
 
 # The test that catches a variant every time, where another may catch it by chance (timing) or
@@ -598,4 +598,39 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (EventWaitingBuffer, "10"),
         (PageableHostBuffer, "10"),
     )
+)
+
+
+# --- what only two devices show: sim has two on every machine, and the suite passes its last one
+# (devices.SIM.index). Rejected on sim; where the suite passes a bare device type (cpu, cuda), the
+# reference.
+
+
+class FirstDeviceBuffer(CpuGpuBuffer):
+    """Puts the device tensor on index 0 of the device type whatever index it was asked for (every
+    rank's buffers on the first GPU). Asked for a device with no index, it is the reference."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+        asked = torch.device(device)
+        if asked.index not in (None, 0):
+            with torch.inference_mode(False):
+                self.gpu = torch.zeros_like(self.cpu, device=torch.device(asked.type, 0))
+
+
+class DeviceSwitchingBuffer(CpuGpuBuffer):
+    """Makes the device it was asked for the current one, to allocate there, and never switches back: the
+    caller's next work goes to the wrong device. Asked for a device with no index, it is the reference."""
+
+    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
+        asked = torch.device(device)
+        if asked.index is not None and asked.type != "cpu":
+            torch.accelerator.set_device_index(asked.index)
+        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
+
+
+_TWO_DEVICES = (("sim",), tuple(d for d in DEVICES if d != "sim"))
+VARIANTS = VARIANTS + (
+    Variant(FirstDeviceBuffer.__name__, FirstDeviceBuffer, "1", *_TWO_DEVICES),
+    Variant(DeviceSwitchingBuffer.__name__, DeviceSwitchingBuffer, "12", *_TWO_DEVICES),
 )
