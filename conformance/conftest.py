@@ -91,8 +91,7 @@ def _load_impl(config: pytest.Config) -> None:
         raise pytest.UsageError(_exit_at_import(spec, exc)) from None
     config.stash[IMPL] = impl
     config.stash[WARNINGS] += [
-        f"importing --impl {impl.spec} replaced {name}: the suite tested the class against the replacement, "
-        "not torch's own"
+        f"importing --impl {impl.spec} replaced {name}"
         for name in impl.replaced_torch
     ]
 

@@ -218,11 +218,14 @@ def refused_as_inference(exc: BaseException | None) -> bool:
     return False
 
 
-def contract_test(*promises: str) -> Any:
-    """A test of these promises that draws nothing (one fixed scenario, or a state machine);
-    its body stamps how it ended (stamps.py)."""
+def contract_test(*promises: str, examples: budget.Examples | None = None) -> Any:
+    """A test of these promises that draws nothing (one fixed scenario), or runs hypothesis itself
+    (a state machine: ``examples`` is its share, so the run is held to its floor); its body stamps
+    how it ended (stamps.py)."""
 
     def decorate(test: Any) -> Any:
+        if examples is not None:
+            test._cpugpu_examples = examples
         return pytest.mark.cpugpu_promise(*promises)(stamped(test))
 
     return decorate
