@@ -68,9 +68,11 @@ class Examples:
 
     divisor: int = 1
     least: int = 1
+    shrink: bool = True  # False: a failure is reported as found (phases)
 
     def settings(self) -> settings:
-        return settings(max_examples=max(self.least, profile_examples() // self.divisor), **NEEDED)
+        return settings(max_examples=max(self.least, profile_examples() // self.divisor), phases=phases(self.shrink),
+                        **NEEDED)
 
     def floor(self) -> int:
         """The fewest examples this test may run and still count: its share of the floor."""
@@ -82,13 +84,25 @@ class Examples:
         return decorated
 
 
-def share(divisor: int, floor: int) -> Examples:
+def share(divisor: int, floor: int, *, shrink: bool = True) -> Examples:
     """1/divisor of the profile's examples, at least `floor`, with what the suite needs, as a test decorator.
 
     For tests whose main axis is a pytest parameter (a creation context, an engine-scale
-    size): each parameter needs only a few examples.
+    size): each parameter needs only a few examples. ``shrink=False``: see phases.
     """
-    return Examples(divisor, floor)
+    return Examples(divisor, floor, shrink)
+
+
+def phases(shrink: bool = True) -> tuple[Phase, ...]:
+    """The profile's phases without explain, whatever the profile (a team's own, or hypothesis's
+    default, has it): explaining a failure re-runs its example dozens of times (36 runs of a 16 MB
+    example, 6.2 s of 7.8 s for one failing engine-scale test), and the reproducer says more.
+    ``shrink=False`` also leaves out shrink, for tests whose failure the pytest parameters already pin
+    (an engine-scale size), where each shrink step rebuilds megabytes to simplify a few draws: the
+    failure is reported as found, and the generate phase tries the simplest example first."""
+    current = settings.default
+    assert current is not None, "hypothesis always has a profile loaded"
+    return tuple(p for p in current.phases if p is not Phase.explain and (shrink or p is not Phase.shrink))
 
 
 def profile_examples() -> int:

@@ -10,6 +10,7 @@ recorded at a failure is the shrunk one.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import textwrap
@@ -131,6 +132,16 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=1024)
+def _required_names(func: Callable[..., Any]) -> tuple[Name, ...]:
+    """Each positional parameter of `func` without a default, as a Name: the values a call with no
+    arguments passes. Once per function, not once per example (a state machine calls its checks
+    after every step)."""
+    params = inspect.signature(func).parameters.values()
+    return tuple(Name(p.name) for p in params if p.default is inspect.Parameter.empty and p.kind in (
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
 _BODY_IMPORTS = re.compile(r"^\s+(import torch|import numpy as np)\n", re.MULTILINE)
 
 
@@ -206,9 +217,7 @@ class Scenario:
     def _step(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
               into: str | tuple[str, ...] | None) -> tuple[Step, list[Any], dict[str, Any]]:
         if not args and not kwargs and not isinstance(func, Name):
-            params = inspect.signature(func).parameters.values()
-            args = tuple(Name(p.name) for p in params if p.default is inspect.Parameter.empty and p.kind in (
-                p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+            args = _required_names(func)
         functions = [] if isinstance(func, Name) else [func]
         name = func.name if isinstance(func, Name) else func.__name__
         rendered: list[str] = []

@@ -277,6 +277,6 @@ class StateMachineTests(BufferTests):
 
     @staticmethod
     def state_machine_settings() -> Any:
-        """Half the profile's examples per shard, with what the suite needs."""
+        """Half the profile's examples per shard, with what the suite needs (never the explain phase)."""
         half = max(1, budget.profile_examples() // len(MODEL_DTYPES))
-        return settings(settings.default, max_examples=half, **budget.NEEDED)
+        return settings(settings.default, max_examples=half, phases=budget.phases(), **budget.NEEDED)
