@@ -52,3 +52,77 @@ def test_bench_result_cap_measures_files_at_the_caps_and_each_shape_reads_as_it_
                 results.CellResult.load(path)
         else:
             results.CellResult.load(path)
+
+
+def _bench_suite():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_suite
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_suite
+
+
+def test_bench_suite_judges_the_broken_classes_issue_31_names_and_a_copy_that_ignores_n(tmp_path: Path) -> None:
+    """The broken rows measure the CPU-breaking variants issue 31 names, a copy that ignores n (which
+    does break promise 8: it copies the whole buffer), or every variant that breaks on the CPU; an
+    unknown name is one line, before anything is measured."""
+    from cpugpu_conformance.variants import VARIANTS
+
+    bench = _bench_suite()
+    on_cpu = {v.name: v.spec for v in VARIANTS if "cpu" in v.fails_on}
+    chosen = bench.broken_classes("default", tmp_path)
+    assert list(chosen) == [*bench.BROKEN, bench.IGNORES_N]
+    assert all(chosen[name] == on_cpu[name] for name in bench.BROKEN)
+    assert set(bench.broken_classes("all", tmp_path)) == {*on_cpu, bench.IGNORES_N}
+    with pytest.raises(SystemExit, match="no class that breaks on the CPU is named NoSuchBuffer"):
+        bench.broken_classes("ZeroMeansAllBuffer,NoSuchBuffer", tmp_path)
+
+    import torch
+
+    from cpugpu_conformance import impl
+
+    cls = impl.load(chosen[bench.IGNORES_N]).cls
+    buf = cls(4, dtype=torch.int32, device=torch.device("cpu"), pin_memory=False)
+    buf.cpu.fill_(7)
+    buf.copy_to_gpu(1)
+    assert buf.gpu.tolist() == [7, 7, 7, 7], "the copy that ignores n copied only [:n]: it is no broken class"
+
+
+def test_bench_suite_reads_the_tests_own_time_from_junit_xml(tmp_path: Path) -> None:
+    """The tests' own time (setup, call and teardown of each test), not pytest's clock, which starts at
+    different points in the shipped suite (after conftest.py imported torch) and in a project."""
+    bench = _bench_suite()
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase name="a" time="1.25"/><testcase name="b" time="0.5"/>'
+                     '<testcase name="c"/></testsuite></testsuites>')
+    assert bench.tests_own_time(junit) == 1.75
+    assert bench.tests_own_time(tmp_path / "missing.xml") is None
+
+
+def test_a_failure_is_never_explained_and_an_engine_scale_failure_is_not_shrunk() -> None:
+    """What bounds a failing class's time (issue 31, item 4): under a profile with every phase (as
+    hypothesis's own default has), the library's tests run without explain, the engine-scale ones
+    without shrink too; the others still shrink, and every one generates."""
+    from hypothesis import Phase, settings
+
+    from cpugpu_conformance.testing import budget
+    from cpugpu_conformance.testing.copies import CopyTests
+    from cpugpu_conformance.testing.engine_scale import ENGINE, EngineScaleTests
+    from cpugpu_conformance.testing.stateful import StateMachineTests
+
+    for test in (EngineScaleTests.test_engine_scale_partial_copy, CopyTests.test_partial_copy):
+        ran_under = test._hypothesis_internal_use_settings.phases  # the profile's when the module was imported
+        assert Phase.explain not in ran_under and Phase.generate in ran_under, test.__name__
+    assert Phase.shrink not in EngineScaleTests.test_engine_scale_partial_copy._hypothesis_internal_use_settings.phases
+    before = settings.get_current_profile_name()
+    settings.register_profile("test-benchmarks-every-phase", phases=list(Phase))
+    settings.load_profile("test-benchmarks-every-phase")
+    try:
+        ordinary, engine = budget.Examples().settings().phases, ENGINE.settings().phases
+        machine = StateMachineTests.state_machine_settings().phases
+        assert Phase.explain not in ordinary + engine + machine
+        assert Phase.shrink in ordinary and Phase.shrink in machine and Phase.shrink not in engine
+        assert all(Phase.generate in phases for phases in (ordinary, engine, machine))
+    finally:
+        settings.load_profile(before)
