@@ -62,8 +62,17 @@ def _cpp_extension():
     return cpp_extension
 
 
+def _ninja_beside_python() -> None:
+    """ninja installed in this environment (pip install ninja) is found even when its bin folder is not
+    on PATH (a cell runs its environment's python by path): cpp_extension looks on PATH only."""
+    here = Path(sys.executable).parent
+    if shutil.which("ninja") is None and (here / "ninja").is_file():
+        os.environ["PATH"] = f"{here}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def missing_tools() -> str | None:
     """What this machine lacks to build the backend, in one line; None when nothing is missing."""
+    _ninja_beside_python()
     try:
         cpp_extension = _cpp_extension()
     except ImportError as exc:  # it imports setuptools, which uv-made environments lack
@@ -104,4 +113,5 @@ def build(verbose: bool = False) -> Path:
         last = next((line for line in lines if "error:" in line), lines[-1] if lines else type(exc).__name__)
         raise BuildError(f"sim: building the simulated device failed ({last[:200]}); the compiler's "
                          f"output is in {log}") from None
+    (folder / "build-error.log").unlink(missing_ok=True)  # an earlier failure's output no longer applies
     return folder / f"{LIBRARY}.so"

@@ -17,6 +17,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -162,22 +163,31 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 // --- fill
 
-at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
-  // What the fill would raise (a value the dtype cannot hold), raised here, at the call.
+// Queue `write` on the alias of self's memory, on the current stream of self's device. `trial` first does
+// the same to a one-element host tensor: what the write would raise (a value the dtype cannot hold, a
+// dtype the host cannot fill) is raised here, at the call, not at a later synchronize.
+template <typename Write>
+at::Tensor& queue_write(at::Tensor& self, Write write) {
   {
     BelowAutograd below;
-    at::empty({1}, at::TensorOptions().dtype(self.dtype())).fill_(value);
+    at::Tensor trial = at::empty({1}, at::TensorOptions().dtype(self.dtype()));
+    write(trial);
   }
   if (self.numel() == 0) return self;
   int device = self.device().index();
   at::Tensor alias = host_alias(self);
   BlockRef block = block_of(self);
-  enqueue(device, current_stream(device), [alias, block, value] {
+  enqueue(device, current_stream(device), [alias, block, write] {
     BelowAutograd below;
     Access open({block});
-    alias.fill_(value);
+    at::Tensor target = alias;
+    write(target);
   });
   return self;
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  return queue_write(self, [value](at::Tensor& t) { t.fill_(value); });
 }
 
 at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
@@ -185,7 +195,17 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   return fill_scalar(self, (on_sim(value) ? value.cpu() : value).item());
 }
 
-at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
+at::Tensor& zero(at::Tensor& self) {
+  // The host's zero_ on the alias: a memset below at::internal::GRAIN_SIZE elements, a fill above, so a
+  // dtype the host cannot fill at scale (bits) fails here as it does on the host. The trial is as large
+  // as the path it must take.
+  {
+    BelowAutograd below;
+    at::empty({std::min<int64_t>(self.numel(), at::internal::GRAIN_SIZE)}, at::TensorOptions().dtype(self.dtype()))
+        .zero_();
+  }
+  return queue_write(self, [](at::Tensor& t) { t.zero_(); });
+}
 
 // --- copies
 

@@ -112,18 +112,28 @@ void merge(Clock& into, const Clock& from) {
 
 }  // namespace
 
+// An event is a place in one stream's order: reached once that stream has completed the marker
+// queued when it was recorded (and so everything queued before it).
 struct EventState {
   std::mutex m;
-  std::condition_variable cv;
-  uint64_t recorded = 0;  // versions recorded so far
-  uint64_t done = 0;      // the latest version reached by its stream
-  Clock snapshot;         // what the latest recording stream had waited for, itself included
+  StreamState* stream = nullptr;  // nullptr: never recorded
+  uint64_t place = 0;
+  Clock snapshot;  // what the recording stream had waited for, itself included
   std::chrono::steady_clock::time_point when;
 };
 
 struct Event {
   std::shared_ptr<EventState> state = std::make_shared<EventState>();
 };
+
+namespace {
+
+std::pair<StreamState*, uint64_t> place_of(const std::shared_ptr<EventState>& ev) {
+  std::lock_guard<std::mutex> lock(ev->m);
+  return {ev->stream, ev->place};
+}
+
+}  // namespace
 
 int current_device() { return tl_device; }
 
@@ -155,7 +165,8 @@ void touch(int device) {
   contexts[device].store(true);
 }
 
-void enqueue(int device, int64_t stream, Job job) {
+// Queue `job` and return its place in the stream's order (its 1-based count): done once completed reaches it.
+uint64_t enqueue_at(int device, int64_t stream, Job job) {
   StreamState& s = state(device, stream);
   touch(device);
   {
@@ -164,12 +175,22 @@ void enqueue(int device, int64_t stream, Job job) {
     ++count;
     waited[{device, stream}][{device, stream}] = count;  // a stream always waits for itself
   }
+  uint64_t place;
   {
     std::lock_guard<std::mutex> lock(s.m);
     s.queue.push_back(std::move(job));
-    ++s.enqueued;
+    place = ++s.enqueued;
   }
   s.cv.notify_all();
+  return place;
+}
+
+void enqueue(int device, int64_t stream, Job job) { enqueue_at(device, stream, std::move(job)); }
+
+// Wait until the stream has completed its first `place` jobs.
+void wait_for(StreamState& s, uint64_t place) {
+  std::unique_lock<std::mutex> lock(s.m);
+  s.cv.wait(lock, [&] { return s.completed >= place; });
 }
 
 void synchronize_stream(int device, int64_t stream) {
@@ -210,59 +231,51 @@ void destroy_event(Event* event) { delete event; }
 
 void record_event(Event* event, int device, int64_t stream) {
   std::shared_ptr<EventState> ev = event->state;
-  uint64_t version;
-  {
+  uint64_t place = enqueue_at(device, stream, [ev] {
     std::lock_guard<std::mutex> lock(ev->m);
-    version = ++ev->recorded;
-  }
-  enqueue(device, stream, [ev, version] {
-    {
-      std::lock_guard<std::mutex> lock(ev->m);
-      if (version > ev->done) ev->done = version;
-      ev->when = std::chrono::steady_clock::now();
-    }
-    ev->cv.notify_all();
+    ev->when = std::chrono::steady_clock::now();
   });
   std::lock_guard<std::mutex> clock(clock_mutex);
   std::lock_guard<std::mutex> lock(ev->m);
+  ev->stream = &state(device, stream);
+  ev->place = place;
   ev->snapshot = waited[{device, stream}];
 }
 
 void block_on_event(Event* event, int device, int64_t stream) {
   std::shared_ptr<EventState> ev = event->state;
-  uint64_t version;
   Clock snapshot;
+  StreamState* recorded;
+  uint64_t place;
   {
     std::lock_guard<std::mutex> lock(ev->m);
-    version = ev->recorded;
+    recorded = ev->stream;
+    place = ev->place;
     snapshot = ev->snapshot;
   }
-  if (version == 0) return;  // never recorded: nothing to wait for (torch's rule)
-  enqueue(device, stream, [ev, version] {
-    std::unique_lock<std::mutex> lock(ev->m);
-    ev->cv.wait(lock, [&] { return ev->done >= version; });
-  });
+  if (recorded == nullptr) return;  // never recorded: nothing to wait for (torch's rule)
+  enqueue(device, stream, [recorded, place] { wait_for(*recorded, place); });
   std::lock_guard<std::mutex> clock(clock_mutex);
   merge(waited[{device, stream}], snapshot);
 }
 
 bool query_event(Event* event) {
-  std::lock_guard<std::mutex> lock(event->state->m);
-  return event->state->done >= event->state->recorded;
+  auto [recorded, place] = place_of(event->state);
+  if (recorded == nullptr) return true;
+  std::lock_guard<std::mutex> lock(recorded->m);
+  return recorded->completed >= place;
 }
 
 void synchronize_event(Event* event) {
-  std::shared_ptr<EventState> ev = event->state;
-  std::unique_lock<std::mutex> lock(ev->m);
-  uint64_t version = ev->recorded;
-  ev->cv.wait(lock, [&] { return ev->done >= version; });
+  auto [recorded, place] = place_of(event->state);
+  if (recorded != nullptr) wait_for(*recorded, place);
 }
 
 double elapsed_ms(Event* start, Event* end) {
   auto when = [](Event* event) {
-    std::lock_guard<std::mutex> lock(event->state->m);
-    TORCH_CHECK(event->state->recorded > 0 && event->state->done >= event->state->recorded,
+    TORCH_CHECK(query_event(event) && place_of(event->state).first != nullptr,
                 "sim: elapsed time needs two events recorded and completed");
+    std::lock_guard<std::mutex> lock(event->state->m);
     return event->state->when;
   };
   std::chrono::duration<double, std::milli> span = when(end) - when(start);
