@@ -134,7 +134,7 @@ TWO = 'torch: [{version: "2.13.0"}, {version: "2.14.1"}]\n'
         pytest.param(BASE + TWO + "colour: red\n", [": colour: unknown key (expected one of: python,"], id="unknown-top-key"),
         pytest.param(BASE + 'torch: [{version: "2.13.0", numpi: "<2"}, {version: "2.14.1"}]\n',
                      [": torch[0].numpi: unknown key (expected one of: version, numpy,"], id="unknown-entry-key"),
-        pytest.param(BASE + TWO + "devices: {gpu: {runner: x}}\n", [": devices.gpu: unknown key (expected one of: cpu, cuda)"],
+        pytest.param(BASE + TWO + "devices: {gpu: {runner: x}}\n", [": devices.gpu: unknown key (expected one of: cpu, cuda, sim)"],
                      id="unknown-device"),
         pytest.param(BASE + 'torch: [{numpy: "<2"}, {version: "2.14.1"}]\n', [": torch[0].version: missing"], id="missing-version"),
         pytest.param('python: "3.11"\ncandidates: ["2.14.1"]\n' + TWO, [": baseline: missing"], id="missing-baseline"),

@@ -56,6 +56,8 @@ class Device:
     prepare: Callable[[], str | None] = _always_here
     # Whether the device is in this process now (sim: loaded); an accelerator only then.
     loaded: Callable[[], bool] = _yes
+    # A simulation of a device, not one: every report labels its column so.
+    simulated: bool = False
     # pin_memory=True asks for page-locked host memory for copies to this device (promise 10);
     # where it does not apply, only pin_memory=False is drawn (promise 11 records the rest).
     pinning: bool = False
@@ -104,6 +106,11 @@ class Device:
 
     def missing_reason(self) -> str | None:
         return self.missing()
+
+    @property
+    def label(self) -> str:
+        """How reports name its column: "sim (simulated)"."""
+        return f"{self.name} (simulated)" if self.simulated else self.name
 
     def argument(self) -> Any:
         """The torch.device the suite passes to the constructor, as callers pass one."""
@@ -421,6 +428,7 @@ SIM = Device(
     by_name_only=True,
     prepare=_sim_prepare,
     loaded=_sim_loaded,
+    simulated=True,
     pinning=True,
     sync=accelerator_sync,
     stall=accelerator_stall,
@@ -464,7 +472,8 @@ def accelerator_present() -> bool:
 
 def accelerators_in(environment: Mapping[str, Any]) -> tuple[str, ...]:
     """The accelerators a result's `environment` (environment() below) says its machine had."""
-    return (CUDA.name,) if environment.get("cuda_available") is True else ()
+    found = (CUDA.name,) if environment.get("cuda_available") is True else ()
+    return found + ((SIM.name,) if environment.get("sim_loaded") is True else ())
 
 
 @dataclass(frozen=True)
@@ -502,12 +511,16 @@ def non_blocking_check(device: Device, environ: Mapping[str, str], forbids_sync:
 
 
 def environment() -> dict[str, Any]:
-    """The device fields of a result's environment (schema keys: torch_cuda, cuda_available, gpu_name)."""
+    """The device fields of a result's environment (schema keys: torch_cuda, cuda_available, gpu_name;
+    sim_loaded where sim was loaded, which makes it the process's accelerator)."""
     import torch
 
     cuda = CUDA.available
-    return {
+    fields = {
         "torch_cuda": torch.version.cuda,
         "cuda_available": cuda,
         "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
     }
+    if SIM.loaded():
+        fields["sim_loaded"] = True
+    return fields

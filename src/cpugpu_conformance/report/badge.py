@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .view import DeviceSummary
+from .view import DeviceSummary, device_label
 
 SCHEMA_VERSION = 1  # shields.io's endpoint format: https://shields.io/badges/endpoint-badge
 GREEN, YELLOW, RED = "brightgreen", "yellow", "red"
@@ -44,11 +44,12 @@ def label(span: tuple[str, str] | None) -> str:
 
 
 def device_text(summary: DeviceSummary) -> str:
+    name = device_label(summary.device)  # "sim (simulated)"
     if summary.never_run:
-        return f"{summary.device}: never run"
+        return f"{name}: never run"
     if not summary.tested:
-        return f"{summary.device}: never tested"
-    return f"{summary.device} {len(summary.conforming)}/{len(summary.releases)} conform"
+        return f"{name}: never tested"
+    return f"{name} {len(summary.conforming)}/{len(summary.releases)} conform"
 
 
 def colour(summaries: list[DeviceSummary], unreadable: int = 0) -> str:

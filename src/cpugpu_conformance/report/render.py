@@ -162,7 +162,8 @@ def _summary_json(got: Collected) -> dict[str, Any]:
     span = view.release_span(got.cells)
     return {
         "releases": None if span is None else {"oldest": span[0], "newest": span[1]},
-        "devices": [{"device": s.device, "never_run": s.never_run, "tested": s.tested,
+        "devices": [{"device": s.device, **({"simulated": True} if view.device_label(s.device) != s.device else {}),
+                     "never_run": s.never_run, "tested": s.tested,
                      "releases": s.releases, "conforming": s.conforming,
                      "newest": [_row_ref(col, answer) for col, answer in s.newest],
                      "not_conforming": [_row_ref(col, answer) for col, answer in s.not_conforming]}
@@ -438,6 +439,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     env.filters["md"] = md_escape
     env.filters["fence"] = md_fence
     env.filters["dotted"] = html_dotted
+    env.filters["device"] = view.device_label  # "sim (simulated)"
     return env
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import devices as registry
 from ..promises import DEVICES, PROMISES
 from ..results import CellResult, Outcome, observation_key, observation_text, promise_order, release_key
 from .marks import ANSWER_ORDER, ANSWERS, NOTED_KINDS, MarkStyle
@@ -207,7 +208,12 @@ def _with_tag(text: str, tag: str) -> str:
 
 def column_label(cell: ReportedCell, device: str, ambiguous: set[str]) -> str:
     """'release device', plus the cell's tag where the release alone is ambiguous."""
-    return _with_tag(f"{cell.release} {device}", cell_tag(cell, ambiguous))
+    return _with_tag(f"{cell.release} {device_label(device)}", cell_tag(cell, ambiguous))
+
+
+def device_label(device: str) -> str:
+    """A device as reports name it: a simulated one says so ("sim (simulated)")."""
+    return registry.REGISTRY[device].label if device in registry.REGISTRY else device
 
 
 def release_label(cell: ReportedCell, ambiguous: set[str]) -> str:
@@ -364,10 +370,12 @@ class DeviceSummary:
 
 
 def device_summaries(cells: list[ReportedCell]) -> list[DeviceSummary]:
-    """Every device of the contract (a device no result asked for is 'never run'), then any
-    other device a result names, in that order."""
+    """Every device of the contract (a device no result asked for is 'never run'; one tested only when
+    asked for by name, sim, only where a result asked for it), then any other device a result names."""
     rows = newest_first(columns(cells))
-    named = list(DEVICES) + [d for d in dict.fromkeys(c.device for c in rows) if d not in DEVICES]
+    asked = {c.device for c in rows}
+    named = [d for d in DEVICES if d in asked or not registry.get(d).by_name_only]
+    named += [d for d in dict.fromkeys(c.device for c in rows) if d not in DEVICES]
     return [DeviceSummary(d, tuple((c, device_answer(c.cell, d)) for c in rows if c.device == d)) for d in named]
 
 

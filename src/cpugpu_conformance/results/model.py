@@ -438,6 +438,8 @@ def machine_kind(environment: Mapping[str, Any]) -> str:
     differently with a GPU, whatever the torch, so observations are compared only between
     cells of the same kind. The torch's own CUDA build (torch_cuda) is part of the release.
     """
+    if environment.get("sim_loaded") is True:  # sim was the accelerator (cpugpu_conformance.sim)
+        return "sim (simulated accelerator)"
     present = environment.get("cuda_available")
     if present is False:
         return NO_ACCELERATOR
