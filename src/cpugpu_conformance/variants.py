@@ -139,10 +139,12 @@ class ZeroMeansAllBuffer(CpuGpuBuffer):
 
 
 class RebindingBuffer(CpuGpuBuffer):
-    """Copies into a fresh device tensor and rebinds gpu: right contents, but a captured gpu is left behind."""
+    """Copies into a fresh device tensor and rebinds gpu: right contents, but a captured gpu is left behind.
+    The fresh tensor is made as the fix makes them (inference_mode(False)): only promise 9 breaks."""
 
     def copy_to_gpu(self, n=None):
-        fresh = self.gpu.clone()
+        with torch.inference_mode(False):
+            fresh = self.gpu.clone()
         fresh[:n].copy_(self.cpu[:n])
         self.gpu = fresh
         return fresh[:n]
