@@ -5,7 +5,7 @@ shipped suite runs every promise it could be blamed on, and only the one it brea
 from __future__ import annotations
 
 import pytest
-from suite_runner import run_suite
+from suite_runner import run_script, run_suite
 
 from cpugpu_conformance.promises import PROMISES
 
@@ -134,3 +134,17 @@ def test_a_wave_of_broken_classes_is_blamed_on_the_promises_they_break(tmp_path)
     assert not missed, f"classes not failed on the promise they break: {missed}"
     blamed = sum(len(extra) for extra in wrongly.values())
     assert blamed <= 1, f"{blamed} promises blamed that their class does not break: {wrongly}"
+
+
+def test_a_pool_that_hands_out_written_memory_is_promise_13s_not_2s(tmp_path):
+    """PooledBuffer's buffers start zeroed the first time; later ones get a written buffer's memory back.
+    The zeroed test, run after other tests wrote such buffers, sees it too: a buffer of a size nothing
+    wrote is zeroed, so it is memory handed out again, promise 13's, shown by a reproducer that writes
+    and drops a buffer first and fails on its own (the pool of a fresh process is empty)."""
+    run = run_suite(tmp_path, "--impl", "cpugpu_conformance.variants:PooledBuffer", "--device", "cpu")
+    assert run.verdict("13") == "failed", run.stdout[-3000:]
+    assert run.cell.outcome("2", "cpu").kind != "failed", run.cell.outcome("2", "cpu").describe()
+    for failure in run.failures("13"):
+        assert "# Reproducer: CpuGpuBuffer promise 13" in failure["reproducer"], failure["reproducer"][:300]
+        alone = run_script(tmp_path, failure["reproducer"])
+        assert alone.returncode != 0 and "at construction" in alone.stderr, (failure["test"], alone.stderr)

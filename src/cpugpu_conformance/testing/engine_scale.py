@@ -16,6 +16,7 @@ from cpugpu_conformance import promises as P
 from . import budget, checks
 from . import strategies as s
 from .base import BufferTests, property_test
+from .construction import zeroed_at_construction
 from .copies import comparable
 from .numpy_view import numpy_view_blamed
 
@@ -36,7 +37,7 @@ class EngineScaleTests(BufferTests):
                         size=size)
         sc.call(checks.shape_dtype_device)
         record.blame(P.ZEROED)
-        sc.call(checks.zeroed)
+        zeroed_at_construction(self, record, sc)
 
     @SIZES
     @property_test(P.TWO_STORAGES, examples=ENGINE)
