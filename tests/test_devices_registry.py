@@ -116,18 +116,30 @@ def test_plan_skips_a_requested_device_that_is_missing():
                                                             "sim": f"not requested ({plan.FLAGS['device']} cuda)"}
 
 
-@pytest.mark.parametrize(("ready", "tested"), [(None, ("sim",)), ("sim: no C++ compiler (for this test)", ())])
-def test_plan_readies_sim_only_when_it_is_asked_for_by_name(monkeypatch, ready, tested):
+@pytest.mark.parametrize(("ready", "too_old", "tested"), [
+    (None, None, ("sim",)),
+    ("sim: torch 2.5.1 is older than 2.6 (for this test)", "sim: torch 2.5.1 is older than 2.6 (for this test)", ()),
+])
+def test_plan_readies_sim_only_when_it_is_asked_for_by_name(monkeypatch, ready, too_old, tested):
     prepared = []
     stand_in = dataclasses.replace(devices.SIM, prepare=lambda: prepared.append("sim") or ready, missing=lambda: None,
-                                   loaded=lambda: bool(prepared) and ready is None)
+                                   loaded=lambda: bool(prepared) and ready is None, release_limit=lambda: too_old)
     monkeypatch.setitem(devices.REGISTRY, "sim", stand_in)
     for option in (None, "all", "cpu"):
         assert "sim" not in plan.plan_devices(option, UNAVAILABLE).tested and not prepared
     asked = plan.plan_devices("sim", UNAVAILABLE)
     assert prepared == ["sim"] and asked.tested == tested
-    assert asked.skipped == ({} if ready is None else {"sim": ready})
+    assert asked.skipped == ({} if ready is None else {"sim": ready})  # a torch too old to host it: missing, with why
     assert asked.accelerators == (("sim",) if ready is None else ())  # promise 11 is not applicable beside it
+
+
+def test_sim_asked_for_on_a_machine_that_cannot_build_it_is_a_usage_error(monkeypatch):
+    """No compiler, or a build that failed, with a torch that can host sim: one line, never untested."""
+    why = "sim: no C++ compiler (for this test)"
+    stand_in = dataclasses.replace(devices.SIM, prepare=lambda: why, missing=lambda: None, release_limit=lambda: None)
+    monkeypatch.setitem(devices.REGISTRY, "sim", stand_in)
+    with pytest.raises(pytest.UsageError, match=rf"^{plan.FLAGS['device']} sim: sim: no C\+\+ compiler"):
+        plan.plan_devices("sim", UNAVAILABLE)
 
 
 def test_plan_refuses_an_unknown_device_in_one_line():

@@ -34,14 +34,15 @@ def test_the_reference_passes_every_promise_on_sim_with_promise_10_tested(tmp_pa
     assert run.cell.answer().clean, run.cell.answer().lines
 
 
-def test_sim_that_cannot_be_built_is_skipped_with_why_never_passed(tmp_path, monkeypatch):
+def test_sim_that_cannot_be_built_is_an_error_in_one_line_never_passed(tmp_path, monkeypatch):
+    """A machine without a C++ compiler: the sim cell is `error`, exit 4, the line says what is missing."""
     monkeypatch.setenv("CXX", "no-such-compiler")
     monkeypatch.setenv(sim_build.CACHE_ENV, str(tmp_path / "cache"))
     run = run_suite(tmp_path, "--device", "sim", "--promise", "2")
-    assert run.returncode == 5, run.stdout[-3000:]  # nothing tested
-    why = run.result["devices"]["sim"]
-    assert why["status"] == "skipped" and why["reason"].startswith("sim: no C++ compiler ('no-such-compiler'"), why
-    assert run.result["promises"]["2"]["devices"]["sim"]["verdict"] != "passed"
+    assert run.returncode == 4, run.stdout[-3000:]
+    assert run.cell.status == "error" and "sim: no C++ compiler ('no-such-compiler'" in run.cell.detail, run.cell.detail
+    assert [line for line in run.stderr.splitlines() if line.startswith("ERROR:")] == [
+        line for line in run.stderr.splitlines() if "no C++ compiler" in line], run.stderr[-2000:]
 
 
 SCRIPT_IMPORTS = """

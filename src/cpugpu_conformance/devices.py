@@ -54,6 +54,10 @@ class Device:
     # run; its answer is why it cannot be (None: ready).
     by_name_only: bool = False
     prepare: Callable[[], str | None] = _always_here
+    # Why this torch release cannot host the device at all (sim before torch 2.6): a property of the
+    # release, not of the machine. A device asked for by name that the machine cannot ready for any
+    # other reason (no compiler, a failed build) is a usage error, never a device merely missing.
+    release_limit: Callable[[], str | None] = _always_here
     # Whether the device is in this process now (sim: loaded); an accelerator only then.
     loaded: Callable[[], bool] = _yes
     # A simulation of a device, not one: every report labels its column so.
@@ -346,6 +350,12 @@ def _sim_loaded() -> bool:
     return sim.loaded()
 
 
+def _sim_release_limit() -> str | None:
+    from . import sim
+
+    return sim.torch_too_old()
+
+
 def _sim_prepare() -> str | None:
     from . import sim
 
@@ -427,6 +437,7 @@ SIM = Device(
     setup="from cpugpu_conformance import sim\n\nsim.load()  # the simulated accelerator, sim:0 and sim:1\n",
     by_name_only=True,
     prepare=_sim_prepare,
+    release_limit=_sim_release_limit,
     loaded=_sim_loaded,
     simulated=True,
     pinning=True,

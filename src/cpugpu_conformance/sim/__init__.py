@@ -51,15 +51,25 @@ def loaded() -> bool:
     return _loaded
 
 
+def torch_too_old() -> str | None:
+    """Why the installed torch release cannot host sim at all (None: it can). Imports torch."""
+    import torch
+
+    if _version(torch.__version__) < MIN_TORCH:
+        return (f"sim: torch {torch.__version__} is older than {'.'.join(map(str, MIN_TORCH))}, whose PrivateUse1 API "
+                "and torch.accelerator the simulated device needs")
+    return None
+
+
 def refusal() -> str | None:
     """Why load() would refuse before building anything (None: it would go ahead). Imports torch."""
     import torch
 
     if _loaded:
         return None
-    if _version(torch.__version__) < MIN_TORCH:
-        return (f"sim: torch {torch.__version__} is older than {'.'.join(map(str, MIN_TORCH))}, whose PrivateUse1 API "
-                "and torch.accelerator the simulated device needs")
+    old = torch_too_old()
+    if old:
+        return old
     name = torch._C._get_privateuse1_backend_name()
     if name != "privateuseone":
         return (f"sim: another PrivateUse1 backend ({name!r}) is already registered in this process, and torch hosts "

@@ -66,8 +66,13 @@ def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: M
     check_device_option(option, spelling)
     unavailable = dict(unavailable)
     by_name = {d for d in DEVICES if devices.get(d).by_name_only}
-    if option in by_name and option not in unavailable:
-        why = devices.get(option).prepare()
+    if option in by_name:
+        device = devices.get(option)
+        why = unavailable.get(option) or device.prepare()
+        if why is not None and device.release_limit() is None:
+            # Asked for by name, possible with this torch, and this machine cannot ready it (no
+            # compiler, a build that failed): bad input, one line, an `error` result, never untested.
+            raise pytest.UsageError(f"{spelling['device']} {option}: {why}")
         if why is not None:
             unavailable[option] = why
     left_out = {d: f"not requested: {d} is tested only when asked for by name ({spelling['device']} {d}), since "
