@@ -12,7 +12,10 @@ Runs, in this environment, one after another:
                  against the reference in the same round: what judging a failing class costs
   your pytest    the same tests run by a third-party project's own pytest (the library:
                  its pytest.ini, conftest.py enabling the plugin, one subclass of
-                 BufferContractTests), ci profile (cpugpu-ci), against the shipped suite's ci
+                 BufferContractTests), ci profile (cpugpu-ci), against the shipped suite's ci;
+                 and under hypothesis's own default profile (none of the library's loaded, as
+                 a newcomer runs it), the project with a copy that ignores n against the same
+                 project with the reference
   pre-fix        the suite against the pre-fix class, time to the first reported failure
 
 and prints seconds, pytest's own test time (its "in N s"), the tests' own time (the sum of
@@ -20,7 +23,8 @@ each test's setup, call and teardown, from a JUnit XML report), the process's CP
 ratios, with the load average. Targets: ci serial test time at most 3x `import torch` (issue
 31); ci with -n 2 at least 1.5x faster than serial (wall); the pre-fix class's first failure
 within 1 s of the test session start; peak memory of a ci run under 1.5 GiB; a failing class's
-ci test time at most 2x the reference's (issue 31, item 4); the library in a project's own pytest
+test time at most 2x the reference's, in the shipped suite under ci and in a project's pytest
+under hypothesis's own profile (issue 31, item 4); the library in a project's own pytest
 at most 1.10x the shipped suite's ci, compared like with like (issue 16; issue 31, item 4): the
 tests' own time, and the whole process (pytest's clock starts after the shipped suite's
 conftest.py has imported torch to load --impl, but before the project's collection imports it,
@@ -179,8 +183,20 @@ PROJECT = {
 }
 
 
-def write_project(folder: Path) -> Path:
-    for name, text in PROJECT.items():
+# The same project with a class of its own in place of the reference: the copy that ignores n.
+BROKEN_PROJECT = {
+    **PROJECT,
+    "tests/our_buffer.py": IGNORES_N_SOURCE,
+    "tests/test_our_buffer.py": (
+        f"from our_buffer import {IGNORES_N}\n"
+        "from cpugpu_conformance.testing import BufferContractTests\n\n\n"
+        f"class TestOurBuffer(BufferContractTests):\n    buffer_cls = {IGNORES_N}\n"
+    ),
+}
+
+
+def write_project(folder: Path, files: dict[str, str] = PROJECT) -> Path:
+    for name, text in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     return folder
@@ -228,6 +244,22 @@ def judge_project(project: Path, rounds: int) -> list[tuple[Run, Run]]:
     """Each round: the shipped suite under ci, then the project's own pytest under cpugpu-ci."""
     theirs = [sys.executable, "-m", "pytest", "tests", "-q"]
     return [(timed([CI]), timed(["--hypothesis-profile=cpugpu-ci"], theirs, project)) for _ in range(rounds)]
+
+
+def judge_own_profile(rounds: int) -> list[tuple[Run, Run]]:
+    """Each round: the project with the reference, then with the copy that ignores n, under no profile
+    of the library's (hypothesis's own default: 100 examples, random, the explain phase, a database),
+    each in a fresh folder, so that no example database carries a failure from one run to the next."""
+    theirs = [sys.executable, "-m", "pytest", "tests", "-q"]
+    pairs = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as good, tempfile.TemporaryDirectory() as bad:
+            reference = timed([], theirs, write_project(Path(good)))
+            broken = timed([], theirs, write_project(Path(bad), BROKEN_PROJECT))
+        if broken.code != 1:
+            raise SystemExit(f"{IGNORES_N} in a project's pytest: exit {broken.code}, not 1 (a failure): {broken.last}")
+        pairs.append((reference, broken))
+    return pairs
 
 
 def ratio(a: float | None, b: float | None) -> float:
@@ -328,6 +360,13 @@ def main() -> int:
         print(f"  pytest's 'in N s': {clock:.2f}x ({theirs.test} s against {shipped.test} s), not like with like: the "
               "project's holds its collection's import of torch and the library, while the shipped suite's conftest.py "
               "imported torch (loading --impl) before pytest's clock started")
+        print(f"your pytest under hypothesis's own default profile, a copy that ignores n beside the reference "
+              f"in {n} round(s) (load {load()}):")
+        pairs = judge_own_profile(n)
+        times = middle([ratio(broken.test, reference.test) for reference, broken in pairs])
+        reference, broken = sorted(pairs, key=lambda pair: ratio(pair[1].test, pair[0].test))[len(pairs) // 2]
+        print(f"  {times:.2f}x the reference's test time ({broken.test} s against {reference.test} s; target at most "
+              f"{BROKEN_TARGET:g}x; the median of the rounds' ratios; load {load()}); {broken.last}")
     if "prefix" in parts:
         from_start, from_session = median(first_failure, ["--impl", "cpugpu_conformance.variants:PreFixCpuGpuBuffer"])
         print(

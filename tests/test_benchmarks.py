@@ -83,6 +83,9 @@ def test_bench_suite_judges_the_broken_classes_issue_31_names_and_a_copy_that_ig
     from cpugpu_conformance import impl
 
     cls = impl.load(chosen[bench.IGNORES_N]).cls
+    project = bench.write_project(tmp_path / "project", bench.BROKEN_PROJECT)  # the same class, in a project
+    assert impl.load(f"{project / 'tests' / 'our_buffer.py'}:{bench.IGNORES_N}").cls.__doc__ == cls.__doc__
+    assert f"buffer_cls = {bench.IGNORES_N}" in (project / "tests" / "test_our_buffer.py").read_text()
     buf = cls(4, dtype=torch.int32, device=torch.device("cpu"), pin_memory=False)
     buf.cpu.fill_(7)
     buf.copy_to_gpu(1)
