@@ -95,8 +95,8 @@ def share(divisor: int, floor: int, *, shrink: bool = True) -> Examples:
 
 def phases(shrink: bool = True) -> tuple[Phase, ...]:
     """The profile's phases without explain, whatever the profile (a team's own, or hypothesis's
-    default, has it): explaining a failure re-runs its example dozens of times (36 runs of a 16 MB
-    example, 6.2 s of 7.8 s for one failing engine-scale test), and the reproducer says more.
+    default, has it): explaining a failure re-runs its example dozens of times (36 runs of a
+    million-element example, 6.2 s of 7.8 s for one failing engine-scale test), and the reproducer says more.
     ``shrink=False`` also leaves out shrink, for tests whose failure the pytest parameters already pin
     (an engine-scale size), where each shrink step rebuilds megabytes to simplify a few draws: the
     failure is reported as found, and the generate phase tries the simplest example first."""
