@@ -14,7 +14,7 @@ import textwrap
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
@@ -169,7 +169,7 @@ def blame_by_line(record: Record, exc: BaseException, function: Any, blames: tup
     record.blame(next((promise for text, promise in blames if text in line), default))
 
 
-def property_test(*promises: str, examples: settings | None = None) -> Any:
+def property_test(*promises: str, examples: budget.Examples | None = None) -> Any:
     """A property test of these promises (P.MUTABLE, ...): marked with them, run with the suite's
     hypothesis settings (``examples``: a share of the profile's, budget.share; default all of
     them), drawing its values from ``data``; its body stamps how it ended (stamps.py)."""

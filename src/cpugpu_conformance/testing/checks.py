@@ -25,7 +25,8 @@ def shape_dtype_device(buf, size, dtype, device):
         assert t.dtype == dtype, f"buf.{name}.dtype is {t.dtype}, expected {dtype}"
     assert buf.cpu.device.type == "cpu", f"buf.cpu is on {buf.cpu.device}, expected the host"
     assert buf.gpu.device.type == device.type, f"buf.gpu is on {buf.gpu.device}, expected {device}"
-    assert device.index is None or buf.gpu.device.index == device.index, f"buf.gpu is on {buf.gpu.device}, expected {device}"
+    assert device.index is None or buf.gpu.device.index == device.index, \
+        f"buf.gpu is on {buf.gpu.device}, expected {device}"
 
 
 def zeroed(buf, device):

@@ -65,7 +65,7 @@ def zeroed_at_construction(tests: BufferTests, record: Record, sc: Scenario) -> 
         again = tests.scenario(record, sc.device, **values)
         record.blame(P.INDEPENDENT)
         again.call(written_then_dropped)
-        again.call(Name("make"), into="buf")
+        again.call(Name("make"), into="buf")  # type: ignore[arg-type]  # a Name stands for the bound function
         again.call(checks.zeroed)  # raises, with a reproducer that writes and drops a buffer first
         record.blame(None)
         record.ran(sc)

@@ -92,7 +92,7 @@ class TestEvidence:
 
 
 def _broken(state: Mapping[str, Any] | None) -> bool:
-    return bool(state) and bool(state.get("broken") or state.get("errors"))
+    return state is not None and bool(state.get("broken") or state.get("errors"))
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,8 @@ class Judgement:
             own = [str(p) for p in ev.facts.get("promises") or ()]
             targets = [ev.blame] if ev.blame else own
             for promise in targets:
-                failure = {"test": nodeid, "message": verdict.why or "failed", "reproducer": ev.reproducer}
+                failure: dict[str, Any] = {"test": nodeid, "message": verdict.why or "failed",
+                                           "reproducer": ev.reproducer}
                 if ev.attempts > 1:  # a rerun or a repeat: the failure stands whatever the others did
                     failure["attempts"] = {"total": ev.attempts, "failed": max(1, ev.failed_attempts)}
                 self.failures.setdefault((promise, str(ev.facts.get("device"))), []).append(failure)

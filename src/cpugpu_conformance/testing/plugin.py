@@ -482,8 +482,8 @@ def _say_collisions(config: pytest.Config, items: list[pytest.Item]) -> None:
     untested (judge.py); the warning says why, and how to mend it, in the run's last lines."""
     from .surface import collisions
 
-    classes = {item.cls for item in items if _kind(item)[0]}
-    for cls in sorted(classes, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+    classes = {getattr(item, "cls", None) for item in items if _kind(item)[0]}
+    for cls in sorted((c for c in classes if c is not None), key=lambda c: f"{c.__module__}.{c.__qualname__}"):
         for line in collisions(cls):
             config.stash[WARNINGS].append(f"every test of {cls.__module__}.{cls.__qualname__} is untested: {line}")
 

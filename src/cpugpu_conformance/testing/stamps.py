@@ -59,7 +59,7 @@ def stamped(test: Callable[..., Any]) -> Callable[..., Any]:
         ran = examples_of(record)
         if record.stamp != RAISED:
             record.stamp, record.stamp_detail = None, None
-        collided = [*surface.collisions(type(self)), *surface.shadowed_on_instance(self)]
+        collided = [*surface.collisions(type(self)), *surface.shadowed_on_instance(self)]  # type: ignore[arg-type]
         if collided:  # the class changed what the library calls: nothing this body shows is the contract's
             record.stamp, record.stamp_detail = COLLIDED, "; ".join(collided)
             pytest.skip(f"not run: {record.stamp_detail}")
@@ -105,7 +105,7 @@ def _statistics_into(record: Any) -> Iterator[None]:
         if previous is not None:
             previous(stats)
 
-    with collector.with_value(note):
+    with collector.with_value(note):  # type: ignore[arg-type]
         yield
 
 
