@@ -28,7 +28,7 @@ def test_the_table_names_every_device_and_known_promises():
         assert not set(alt.passes_on) & set(alt.fails_on), alt.name
         assert set(alt.fails_on.values()) <= set(PROMISES), alt.name
     blocking = next(a for a in ALTERNATIVES if a.name == "BlockingCopies")
-    assert blocking.passes_on == ("cpu",) and dict(blocking.fails_on) == {"cuda": "10"}
+    assert blocking.passes_on == ("cpu",) and dict(blocking.fails_on) == {"cuda": "10", "sim": "10"}
 
 
 def expected_recorded_verdict(promise: str, device: str, accelerators: tuple[str, ...]) -> str:

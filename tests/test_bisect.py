@@ -185,7 +185,7 @@ def test_a_table_valued_observation_names_the_entry_that_changed():
 
     a, b = edited(cell_result("2.5.1"), with_table(old)), edited(cell_result("2.6.0"), with_table(new))
     assert bisect.changes(a, b) == [
-        'observation dtypes.bcomplex32: (absent) -> {"numpy": "raises TypeError", "zeros": "ok"}',
+        'observation dtypes.bcomplex32: (no such dtype: torch 2.5.1 has no bcomplex32) -> {"numpy": "raises TypeError", "zeros": "ok"}',
         'observation dtypes.complex32: {"numpy": "raises TypeError", "zeros": "ok"} -> '
         '{"copy_": "ok", "numpy": "raises TypeError", "zeros": "ok"}',
     ]

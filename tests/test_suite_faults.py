@@ -128,16 +128,14 @@ torch.inference_mode = my_fake
 """
 
 
-def test_impl_that_patches_torch_is_named_and_observations_see_the_real_torch(tmp_path):
+def test_impl_that_patches_torch_is_an_error_that_names_the_function(tmp_path):
+    """torch is torch (issue 28, item 4): the run stops before any test, exit 4, the file says why."""
     impl = tmp_path / "patching_impl.py"
     impl.write_text(PATCHING_IMPL)
     run = run_suite(tmp_path, "--impl", f"{impl}:CpuGpuBuffer", "--promise", "11", "--device", "cpu")
-    assert run.returncode == 0, run.stdout[-3000:]
-    warnings = run.cell.warnings
-    assert len(warnings) == 1 and "replaced torch.inference_mode" in warnings[0], warnings
+    assert run.returncode == 4, run.stdout[-3000:]
+    assert run.cell.status == "error" and "torch.inference_mode (now " in run.cell.detail, run.cell.detail
     assert "warning: importing --impl" in run.stdout and "torch.inference_mode" in run.stdout
-    # Taken before the import: torch's own inference mode, which makes inference tensors.
-    assert run.cell.observations["context.inference_mode.is_inference"]["value"] is True
 
 
 # A correct buffer whose constructor takes a Ctrl-C and swallows the KeyboardInterrupt, as a
