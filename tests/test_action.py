@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cell_helpers import fake_torch
+from markdown_text import outside_code
 
 from cpugpu_conformance.runner import bump
 from cpugpu_conformance.runner import matrix as matrices
@@ -627,20 +628,6 @@ def gate_with_summary(tmp_path: Path, baseline: dict, candidate: dict, *extra: s
     text = summary.read_text()
     assert text.startswith("earlier steps' summary\n"), "the summary is appended to, never replaced"
     return code, text[len("earlier steps' summary\n"):]
-
-
-def outside_code(markdown: str) -> str:
-    """The Markdown's lines outside fenced code blocks (a fence closes only at the same run of backticks)."""
-    out, fence = [], None
-    for line in markdown.splitlines():
-        opener = re.match(r"^(`{3,})\w*$", line)
-        if fence is None and opener:
-            fence = opener.group(1)
-        elif fence is not None and line == fence:
-            fence = None
-        elif fence is None:
-            out.append(line)
-    return "\n".join(out)
 
 
 def test_the_job_summary_escapes_what_a_result_holds_and_folds_each_reproducer(tmp_path, capsys):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import html
 import json
 import os
-import re
 import stat
 from pathlib import Path
 
 import pytest
 import result_factory as rf
 from malformed_results import MALFORMED
+from markdown_text import outside_code
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli.dispatch import main
@@ -560,25 +560,12 @@ HOSTILE_MESSAGE = ("AssertionError: see [the fix](https://evil.example/phish) ![
                    "**now** _or_ `never` ~~ok~~ www.evil.example mail@evil.example")
 
 
-def _outside_fences(markdown: str) -> str:
-    out, fence = [], None
-    for line in markdown.splitlines():
-        opener = re.match(r"^(`{3,})\w*$", line)
-        if fence is None and opener:
-            fence = opener.group(1)
-        elif fence is not None and line == fence:
-            fence = None
-        elif fence is None:
-            out.append(line)
-    return "\n".join(out)
-
-
 def test_markdown_in_a_failure_message_is_shown_as_text_in_the_job_summary(tmp_path, capsys):
     failing = {("3", "cpu"): [rf.failure("test_mutable[**x**]", HOSTILE_MESSAGE, REPRODUCER)]}
     summary = tmp_path / "summary.md"
     code = gate(tmp_path, rf.completed("2.14.1"), rf.completed("2.15.0", failed=failing), "--job-summary", str(summary))
     assert code == 1
-    text = _outside_fences(summary.read_text())
+    text = outside_code(summary.read_text())
     # No link, image, emphasis, code span, strikethrough or autolink can form outside the fences:
     for syntax in ("[the fix]", "](https", "![pwned]", "**now**", "**x**", "_or_", "`never`", "~~ok~~", "://",
                    "www.evil", "mail@evil", "[**x**]"):
