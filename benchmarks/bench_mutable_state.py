@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from cpugpu_conformance.testing.mutable_state import check_state  # noqa: E402
-from cpugpu_conformance.testing.state_walk import walk  # noqa: E402
+from cpugpu_conformance.testing.engine.mutable_state import check_state  # noqa: E402
+from cpugpu_conformance.testing.engine.walk import walk  # noqa: E402
 
 
 def make_tensors(n: int) -> list[torch.Tensor]:

@@ -20,8 +20,16 @@ import pytest
 from hypothesis import settings
 
 from cpugpu_conformance import impl as impl_loader
-from cpugpu_conformance.testing import budget, plan
-from cpugpu_conformance.testing.recording import IMPL, IMPL_SPEC, LOAD_CLASS, REFUSED, SUITE_EXIT, WARNINGS
+from cpugpu_conformance.testing.shared import budget
+from cpugpu_conformance.testing.verdict import plan
+from cpugpu_conformance.testing.verdict.stash import (
+    IMPL,
+    IMPL_SPEC,
+    LOAD_CLASS,
+    REFUSED,
+    SUITE_EXIT,
+    WARNINGS,
+)
 
 pytest_plugins = ["cpugpu_conformance.testing.plugin"]
 
@@ -70,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # No thread count is pinned: the tests run with torch's own (the machine's cores), as engines
     # and a team's own pytest do, and the copies run each check with one thread and with several
-    # (cpugpu_conformance.testing.threads); a class whose copy depends on the count is seen the same
+    # (cpugpu_conformance.testing.shared.threads); a class whose copy depends on the count is seen the same
     # way here and there. The result file's environment says which counts ran.
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 from device_marker import missing_device
 
-from cpugpu_conformance.testing import reports
+from cpugpu_conformance.testing.shared import marks
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*names): the devices a test needs; skipped, with the reason, where one is missing")
     config.addinivalue_line("markers", "quick: the core, checked in minutes (nox -s quick)")
     # The tests import the library's classes (their marks) without enabling its plugin.
-    reports.register_markers(config)
+    marks.register_markers(config)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

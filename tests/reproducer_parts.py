@@ -12,7 +12,7 @@ from typing import Any
 
 import cpugpu_conformance.testing as testing
 from cpugpu_conformance import devices
-from cpugpu_conformance.testing.reproducer import Record, Scenario, Step
+from cpugpu_conformance.testing.shared.reproducer import Record, Scenario, Step
 
 
 def _import_library() -> list[Any]:
@@ -21,7 +21,8 @@ def _import_library() -> list[Any]:
 
 
 LIBRARY = _import_library()
-from cpugpu_conformance.testing import contexts, stateful  # noqa: E402
+from cpugpu_conformance.testing.buffer import stateful  # noqa: E402
+from cpugpu_conformance.testing.shared import contexts  # noqa: E402
 
 
 def definitions(script: str) -> dict[str, Any]:

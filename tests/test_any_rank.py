@@ -10,8 +10,9 @@ import torch
 from hypothesis import find
 from suite_runner import run_script, run_suite
 
-from cpugpu_conformance.testing import checks, construction
-from cpugpu_conformance.testing import strategies as s
+from cpugpu_conformance.testing.buffer import construction
+from cpugpu_conformance.testing.shared import checks
+from cpugpu_conformance.testing.shared import strategies as s
 from cpugpu_conformance.variants import FoldsPastThreeDimsBuffer
 
 CPU = torch.device("cpu")

@@ -109,10 +109,10 @@ def test_a_failure_is_never_explained_and_an_engine_scale_failure_is_not_shrunk(
     without shrink too; the others still shrink, and every one generates."""
     from hypothesis import Phase, settings
 
-    from cpugpu_conformance.testing import budget
-    from cpugpu_conformance.testing.copies import CopyTests
-    from cpugpu_conformance.testing.engine_scale import ENGINE, EngineScaleTests
-    from cpugpu_conformance.testing.stateful import StateMachineTests
+    from cpugpu_conformance.testing.buffer.copies import CopyTests
+    from cpugpu_conformance.testing.buffer.engine_scale import ENGINE, EngineScaleTests
+    from cpugpu_conformance.testing.buffer.stateful import StateMachineTests
+    from cpugpu_conformance.testing.shared import budget
 
     for test in (EngineScaleTests.test_engine_scale_partial_copy, CopyTests.test_partial_copy):
         ran_under = test._hypothesis_internal_use_settings.phases  # the profile's when the module was imported

@@ -8,7 +8,7 @@ import json
 
 from suite_runner import run_suite
 
-from cpugpu_conformance.testing import dtypes
+from cpugpu_conformance.testing.shared import dtypes
 
 
 def test_the_result_names_the_dtypes_each_promise_was_checked_with(tmp_path):

@@ -25,9 +25,8 @@ from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing import contexts, helpers, judge, plan, recording, side_effects
-from cpugpu_conformance.testing.checks import COPY_METHODS
-from cpugpu_conformance.testing.device_promises import (
+from cpugpu_conformance.testing.buffer import side_effects
+from cpugpu_conformance.testing.buffer.device_promises import (
     allow_sync,
     capture_copy,
     copy_joins_the_caller_stream,
@@ -37,7 +36,10 @@ from cpugpu_conformance.testing.device_promises import (
     idle,
     stall,
 )
-from cpugpu_conformance.testing.reproducer import Name
+from cpugpu_conformance.testing.shared import contexts, helpers
+from cpugpu_conformance.testing.shared.checks import COPY_METHODS
+from cpugpu_conformance.testing.shared.reproducer import Name
+from cpugpu_conformance.testing.verdict import judge, plan, recording
 from cpugpu_conformance.variants import (
     EventWaitingBuffer,
     ForkedStreamBuffer,
@@ -92,8 +94,8 @@ def test_sync_inside_a_stream_context_waits_for_that_stream_only(fake_cuda, as_r
 
 def test_a_reproducer_that_syncs_still_runs_on_its_own(tmp_path):
     """sync is the registry's function written into the script, which runs with torch alone."""
-    from cpugpu_conformance.testing import checks
-    from cpugpu_conformance.testing.reproducer import Record, Scenario, import_line
+    from cpugpu_conformance.testing.shared import checks
+    from cpugpu_conformance.testing.shared.reproducer import Record, Scenario, import_line
 
     record = Record(import_line(CpuGpuBuffer))
     sc = Scenario(record, "2", "cpu", factory=CpuGpuBuffer, size=(4, 3), dtype=torch.float32, pin_memory=False,

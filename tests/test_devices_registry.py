@@ -12,8 +12,9 @@ from reproducer_parts import script_for
 from suite_runner import REPO
 
 from cpugpu_conformance import devices, promises
-from cpugpu_conformance.testing import checks, contexts, helpers, plan, strategies
-from cpugpu_conformance.testing.reproducer import Record, Scenario
+from cpugpu_conformance.testing.shared import checks, contexts, helpers, strategies
+from cpugpu_conformance.testing.shared.reproducer import Record, Scenario
+from cpugpu_conformance.testing.verdict import plan
 
 UNAVAILABLE = {"cuda": "no CUDA device: for this test"}
 NO_SIM = "not requested: sim is tested only when asked for by name"

@@ -13,7 +13,8 @@ from alt_impls import LazyDeviceOnFirstCopy, LazyHostThroughNumpy, LazyOnFirstAc
 from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import variants
-from cpugpu_conformance.testing import contexts, mutability
+from cpugpu_conformance.testing.buffer import mutability
+from cpugpu_conformance.testing.shared import contexts
 
 CPU = torch.device("cpu")
 

@@ -120,7 +120,7 @@ def test_the_package_is_read():
     assert len(graph) > 50
     assert f"{PACKAGE}.results.rule" in graph[f"{PACKAGE}.results.model"]  # from . import rule
     assert f"{PACKAGE}.runner.cell_spec" in graph[f"{PACKAGE}.runner.answer"]  # absolute
-    assert f"{PACKAGE}.testing.contract" in graph[f"{PACKAGE}.testing.manifest"]  # inside a function
+    assert f"{PACKAGE}.testing.buffer.contract" in graph[f"{PACKAGE}.testing.plugin"]  # inside a function
 
 
 def test_no_two_modules_import_each_other():
@@ -137,6 +137,105 @@ def cycles_message(found: list[list[str]]) -> str:
 def test_no_longer_cycles():
     found = cycles(import_graph(module_files(SOURCE)))
     assert not found, cycles_message(found)
+
+
+# ---------------------------------------------------------------- testing/: the rooms
+
+TESTING = f"{PACKAGE}.testing"
+# What each room of testing/ may import of the others: the buffer contract's areas and the
+# engine-object checks use the shared parts; the verdict reads the evidence they leave (through
+# shared/marks.py and stamps.py) and imports no area. Only the entry points above the rooms
+# (plugin.py, collected.py, __init__.py, strategies.py) reach into several.
+ROOMS = {
+    "shared": set(),
+    "buffer": {"shared"},
+    "engine": {"shared"},
+    "verdict": {"shared"},
+}
+
+
+def room_of(module: str) -> str | None:
+    """The room of a module of testing/ ("" for the modules above the rooms), None outside testing/."""
+    if module != TESTING and not module.startswith(TESTING + "."):
+        return None
+    parts = module[len(TESTING) + 1:].split(".") if module != TESTING else []
+    return parts[0] if len(parts) > 1 else ""
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that goes from one room of testing/ into another the table does not allow, and
+    each import of testing/ by the rest of the package (the library stands above the tooling)."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = room_of(module)
+        for target in sorted(targets):
+            there = room_of(target)
+            if here is None:
+                if there is not None:
+                    found.append(f"{module} -> {target} (the package outside testing/ imports none of it)")
+                continue
+            if there is None or here == "" or there == here:
+                continue
+            if there == "" or there not in ROOMS[here]:
+                found.append(f"{module} -> {target} ({here}/ may import {sorted(ROOMS[here]) or 'no other room'})")
+    return found
+
+
+def test_testing_is_in_its_rooms():
+    """Every module of testing/ is in a room, or is one of the entry points above them."""
+    modules = module_files(SOURCE)
+    above = {m for m in modules if room_of(m) == ""}
+    assert above == {TESTING, f"{TESTING}.plugin", f"{TESTING}.collected", f"{TESTING}.strategies"}
+    rooms = {room_of(m) for m in modules if room_of(m)}
+    assert rooms == set(ROOMS)
+    assert f"{TESTING}.buffer.contract" in modules and f"{TESTING}.verdict.recording" in modules
+
+
+def test_the_rooms_import_one_way():
+    found = crossings(import_graph(module_files(SOURCE)))
+    assert not found, "imports across the rooms of testing/ that the table forbids: " + "; ".join(found)
+
+
+def test_a_crossing_is_found_and_named():
+    graph = {
+        f"{TESTING}.verdict.judge": {f"{TESTING}.buffer.base", f"{TESTING}.shared.marks"},
+        f"{TESTING}.buffer.base": {f"{TESTING}.shared.marks"},
+        f"{TESTING}.plugin": {f"{TESTING}.buffer.base", f"{TESTING}.verdict.judge"},
+        f"{PACKAGE}.results.model": {f"{TESTING}.verdict.judge"},
+        f"{TESTING}.engine.walk": {f"{TESTING}.plugin"},
+    }
+    assert crossings(graph) == [
+        f"{PACKAGE}.results.model -> {TESTING}.verdict.judge (the package outside testing/ imports none of it)",
+        f"{TESTING}.engine.walk -> {TESTING}.plugin (engine/ may import ['shared'])",
+        f"{TESTING}.verdict.judge -> {TESTING}.buffer.base (verdict/ may import ['shared'])",
+    ]
+
+
+def test_the_public_names_are_where_docs_library_md_says():
+    """The rooms moved the modules; a team's tests import what they imported before."""
+    import importlib
+
+    testing = importlib.import_module(TESTING)
+    for name in testing.__all__:
+        assert getattr(testing, name) is not None, name
+    strategies = importlib.import_module(f"{TESTING}.strategies")
+    assert testing.strategies is strategies and strategies.sizes is not None
+    assert importlib.import_module(f"{TESTING}.plugin").pytest_configure
+
+
+# ---------------------------------------------------------------- no module too long to read
+
+MAX_LINES = 450
+# observe.py is a table of torch probes, one short function each: read one at a time, not whole.
+LONGER_BY_DESIGN = {"observe.py"}
+
+
+def test_no_module_is_too_long_to_read():
+    long = {str(path.relative_to(SOURCE)): n for path in sorted(SOURCE.rglob("*.py"))
+            for n in [len(path.read_text(encoding="utf-8").splitlines())]
+            if n > MAX_LINES and str(path.relative_to(SOURCE)) not in LONGER_BY_DESIGN}
+    assert not long, f"modules over {MAX_LINES} lines (split them by job): " + ", ".join(
+        f"{name} ({n})" for name, n in long.items())
 
 
 # ---------------------------------------------------------------- the reader, on a made-up package

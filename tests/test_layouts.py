@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reproducer_parts import definitions, script_for
 
-from cpugpu_conformance.testing import helpers
-from cpugpu_conformance.testing.dtypes import byte_dtypes
-from cpugpu_conformance.testing.helpers import fill_bytes, np_fill, raw
+from cpugpu_conformance.testing.shared import helpers
+from cpugpu_conformance.testing.shared.dtypes import byte_dtypes
+from cpugpu_conformance.testing.shared.helpers import fill_bytes, np_fill, raw
 
 DTYPES = byte_dtypes("cpu")
 NUMPY_DTYPES = tuple(info for info in DTYPES if info.numpy is not None)

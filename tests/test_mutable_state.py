@@ -31,11 +31,11 @@ import pytest
 import torch
 
 from cpugpu_conformance.testing import MutableStateTests, assert_mutable_state
-from cpugpu_conformance.testing.contexts import contexts_for
-from cpugpu_conformance.testing.mutable_state import check_class, check_state
-from cpugpu_conformance.testing.state_checks import in_place_refusal, placed_as
-from cpugpu_conformance.testing.state_report import PhaseOutcome, Shown, message, misplaced
-from cpugpu_conformance.testing.state_walk import WalkLimit, set_elements, walk
+from cpugpu_conformance.testing.engine.checks import in_place_refusal, placed_as
+from cpugpu_conformance.testing.engine.mutable_state import check_class, check_state
+from cpugpu_conformance.testing.engine.report import PhaseOutcome, Shown, message, misplaced
+from cpugpu_conformance.testing.engine.walk import WalkLimit, set_elements, walk
+from cpugpu_conformance.testing.shared.contexts import contexts_for
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_ERROR = "Inplace update to inference tensor outside InferenceMode is not allowed"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from suite_runner import outside_env, run_suite
 
-from cpugpu_conformance.testing import dtypes
+from cpugpu_conformance.testing.shared import dtypes
 
 BIN = Path(sys.executable).parent
 

@@ -21,14 +21,15 @@ from suite_runner import run_script
 
 from cpugpu_conformance import devices, promises
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing import checks, contexts, helpers, mutability, stateful
-from cpugpu_conformance.testing.base import BufferTests
-from cpugpu_conformance.testing.device_promises import (
+from cpugpu_conformance.testing.buffer import mutability, stateful
+from cpugpu_conformance.testing.buffer.base import BufferTests
+from cpugpu_conformance.testing.buffer.device_promises import (
     copy_joins_the_caller_stream,
     copy_lands_in_order,
     copy_returns_before_queued_work,
 )
-from cpugpu_conformance.testing.reproducer import Name, Record, Scenario, import_line, literal
+from cpugpu_conformance.testing.shared import checks, contexts, helpers
+from cpugpu_conformance.testing.shared.reproducer import Name, Record, Scenario, import_line, literal
 
 OK = "ok: the promise held"
 REFERENCE = import_line(CpuGpuBuffer)

@@ -12,8 +12,8 @@ import torch
 from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices
-from cpugpu_conformance.testing import checks
-from cpugpu_conformance.testing.reproducer import Name, Record, Scenario
+from cpugpu_conformance.testing.shared import checks
+from cpugpu_conformance.testing.shared.reproducer import Name, Record, Scenario
 
 # Correct, except that its second copy_to_gpu copies nothing: a failure the state machine
 # finds only after two copies, so its reproducer shows what happens between copies.

@@ -13,7 +13,7 @@ import pytest
 from cpugpu_conformance import devices
 from cpugpu_conformance.results import schema
 from cpugpu_conformance.runner import matrix as matrices
-from cpugpu_conformance.testing.budget import PROFILES
+from cpugpu_conformance.testing.shared.budget import PROFILES
 
 pytestmark = pytest.mark.quick  # the core: nox -s quick
 

@@ -47,9 +47,12 @@ def test_sim_that_cannot_be_built_is_an_error_in_one_line_never_passed(tmp_path,
 
 SCRIPT_IMPORTS = """
 from cpugpu_conformance import devices, sim
-from cpugpu_conformance.testing import checks, helpers
-from cpugpu_conformance.testing.device_promises import copy_joins_the_caller_stream, copy_returns_before_queued_work
-from cpugpu_conformance.testing.reproducer import Record, Scenario
+from cpugpu_conformance.testing.shared import checks, helpers
+from cpugpu_conformance.testing.buffer.device_promises import (
+    copy_joins_the_caller_stream,
+    copy_returns_before_queued_work,
+)
+from cpugpu_conformance.testing.shared.reproducer import Record, Scenario
 
 sim.load()
 sc = Scenario(Record(), "10", "sim", size=(2,))

@@ -18,7 +18,7 @@ from suite_runner import REPO, run_command, suite_command, suite_env
 
 from cpugpu_conformance import results
 from cpugpu_conformance.exits import SuiteExit
-from cpugpu_conformance.testing.recording import exit_status
+from cpugpu_conformance.testing.verdict.exit_status import exit_status
 
 PRE_FIX = "cpugpu_conformance.variants:PreFixCpuGpuBuffer"
 # The command: every test the pre-fix class fails, deselected.

@@ -9,8 +9,8 @@ import torch
 from suite_runner import TESTS, run_suite
 
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing import reproducer
-from cpugpu_conformance.testing.reproducer import Name, Record, Scenario
+from cpugpu_conformance.testing.shared import reproducer
+from cpugpu_conformance.testing.shared.reproducer import Name, Record, Scenario
 
 
 def test_the_reproducer_module_keeps_no_per_test_state():

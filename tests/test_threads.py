@@ -17,7 +17,7 @@ from suite_runner import REPO, run_script, run_suite, suite_command, suite_env
 from third_party import QUICK_PROFILE, make_project, many_classes_module, run_project
 
 from cpugpu_conformance import results
-from cpugpu_conformance.testing import threads
+from cpugpu_conformance.testing.shared import threads
 from cpugpu_conformance.variants import ThreadSplitCopyBuffer
 
 SPEC = "cpugpu_conformance.variants:ThreadSplitCopyBuffer"
@@ -33,7 +33,7 @@ def suite_with_threads(tmp_path: Path, count: int, *args: str) -> tuple[subproce
 
 
 def test_the_variant_is_right_with_one_thread_and_wrong_with_several():
-    from cpugpu_conformance.testing import checks
+    from cpugpu_conformance.testing.shared import checks
 
     before = torch.get_num_threads()
     try:

@@ -44,7 +44,7 @@ def test_every_variant_says_where_it_fails_and_where_it_passes():
 def test_a_test_named_to_catch_a_variant_is_a_test_of_its_promise():
     """caught_by starts with the name of a test of the variant's promise: the device tests, promise 10."""
     from cpugpu_conformance import promises
-    from cpugpu_conformance.testing.device_promises import DeviceTests
+    from cpugpu_conformance.testing.buffer.device_promises import DeviceTests
 
     named = [v for v in VARIANTS if v.caught_by]
     assert len(named) == 4

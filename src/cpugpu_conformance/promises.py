@@ -35,6 +35,10 @@ PIN_WITHOUT_ACCELERATOR = "11"
 NO_SIDE_EFFECTS = "12"
 INDEPENDENT = "13"
 
+# An engine object built in an ambient context (a default device or dtype) whose tensors are not
+# where the plain build has them: a cause of its own beside promises 3 and 12 (MutableStateTests).
+PLACEMENT = "placement"
+
 DEVICES = devices.NAMES  # listed in the registry, devices.py
 
 # Promise 11 is recorded, never judged: its verdict is what happened, not pass/fail.

@@ -35,22 +35,23 @@ from typing import Any
 import pytest
 
 from cpugpu_conformance import devices
-from cpugpu_conformance.promises import APPLIES_TO, not_applicable
 
-from . import recording, reports
-from .plan import (
+from .collected import check_classes, is_buffer_class, is_state_class, kind_of, runs_here, say_collisions, why_not_here
+from .shared import marks
+from .shared.marks import COSTLY_MARK
+from .verdict import recording, reports
+from .verdict.plan import (
     DevicePlan,
     as_facts,
     check_device_option,
     flags,
     from_facts,
-    marked_devices,
     plan_devices,
     refused_plan,
     select_promises,
-    wanted,
 )
-from .recording import (
+from .verdict.start import is_controller, load_known_failures, record_usage_error, start_recorder
+from .verdict.stash import (
     LOAD_CLASS,
     PLAN,
     PROMISE_FILTER,
@@ -58,10 +59,10 @@ from .recording import (
     RUN_FACTS,
     SUITE_EXIT,
     TESTED_CLASSES,
+    TORCH_REPLACED,
     WARNINGS,
 )
-from .reports import COSTLY_MARK, DEVICES_MARK
-from .state_judge import KIND as STATE_KIND
+from .verdict.state_judge import KIND as STATE_KIND
 
 # The plugin's hypothesis profiles, registered (never loaded) when a run names one: importing
 # hypothesis costs a run that never uses it seconds, so the plugin imports it only then.
@@ -111,7 +112,7 @@ def pytest_configure_checks_hypothesis_profile(config: pytest.Config) -> None:
         from hypothesis import settings
         from hypothesis.errors import InvalidArgument
 
-        from . import budget
+        from .shared import budget
 
         budget.register_profiles(PROFILE_PREFIX)
         try:
@@ -122,7 +123,7 @@ def pytest_configure_checks_hypothesis_profile(config: pytest.Config) -> None:
             if config.getoption("cpugpu_cell_result", None) and not hasattr(config, "workerinput"):
                 config.stash[PLAN] = refused_plan(config.getoption("cpugpu_device"))
                 config.stash[WARNINGS] = []
-                _record_usage_error(_start_recorder(config, None), exc)
+                record_usage_error(start_recorder(config, None), exc)
             raise exc from None
 
 
@@ -135,20 +136,20 @@ def _asked(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    reports.register_markers(config)
+    marks.register_markers(config)
     config.stash[WARNINGS] = []
     config.stash[TESTED_CLASSES] = []
     if not _asked(config):
         config.stash[PROMISE_FILTER] = None
         if not hasattr(config, "workerinput"):
-            _start_recorder(config, None)  # says what went untested, if a library class turns up
+            start_recorder(config, None)  # says what went untested, if a library class turns up
         return
     if getattr(config.option, "max_warnings", None) is not None and config.stash.get(SUITE_EXIT, False):
         # pytest 9.2's --max-warnings exits 6 when every test passed: the suite's own 6 says
         # "some promises went untested", and one code must not say two things.
         exc = pytest.UsageError("--max-warnings: its exit code (6) is the suite's 'some promises went untested'")
         config.stash[PLAN] = refused_plan(config.getoption("cpugpu_device"))
-        _record_usage_error(_start_recorder(config, None), exc)
+        record_usage_error(start_recorder(config, None), exc)
         raise exc
     if _hands_tests_to_workers(config) and not config.getoption("cpugpu_cell_result"):
         _configure_controller(config)
@@ -158,24 +159,24 @@ def pytest_configure(config: pytest.Config) -> None:
         plan = plan_devices(option, devices.unavailable(), flags(config))
     except pytest.UsageError as exc:
         config.stash[PLAN] = refused_plan(option)
-        _record_usage_error(_start_recorder(config, None), exc)
+        record_usage_error(start_recorder(config, None), exc)
         raise
     config.stash[PLAN] = plan
     try:
         chosen = select_promises(config.getoption("cpugpu_promise"), flags(config))
     except pytest.UsageError as exc:
-        _record_usage_error(_start_recorder(config, None), exc)
+        record_usage_error(start_recorder(config, None), exc)
         raise
     config.stash[PROMISE_FILTER] = chosen
-    recorder = _start_recorder(config, chosen)
-    _load_known_failures(config, recorder)
+    recorder = start_recorder(config, chosen)
+    load_known_failures(config, recorder)
     try:
         if recorder is not None and recorder.path is not None:
             recorder.observe()  # before the class under test is imported: it may patch torch
         if LOAD_CLASS in config.stash:
             config.stash[LOAD_CLASS](config)
     except pytest.UsageError as exc:
-        _record_usage_error(recorder, exc)
+        record_usage_error(recorder, exc)
         if not hasattr(config, "workeroutput"):
             raise
         # A worker hands the refusal to the controller, which says it in one line: raised
@@ -203,7 +204,7 @@ def _configure_controller(config: pytest.Config) -> None:
     config.stash[PROMISE_FILTER] = select_promises(config.getoption("cpugpu_promise"), flags(config))
     config.stash[PLAN] = None
     # the workers' reports decide the exit status
-    _load_known_failures(config, _start_recorder(config, config.stash[PROMISE_FILTER]))
+    load_known_failures(config, start_recorder(config, config.stash[PROMISE_FILTER]))
 
 
 # The key of what a worker tells the controller in its workeroutput (plain data).
@@ -215,7 +216,7 @@ def pytest_testnodedown(node, error) -> None:
     """In the controller: the plan, warnings and run facts of the first worker to finish (they all agree)."""
     facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
     if facts and facts.get("torch_replaced"):
-        node.config.stash[recording.TORCH_REPLACED] = facts["torch_replaced"]
+        node.config.stash[TORCH_REPLACED] = facts["torch_replaced"]
     if facts and facts.get("refused") and node.config.stash.get(PLAN, None) is not None:
         node.config.stash[REFUSED] = facts["refused"]  # a refusal after the first worker reported its plan
     if facts and facts.get("run") is not None and RUN_FACTS not in node.config.stash:
@@ -234,19 +235,19 @@ _INVENTORY = pytest.StashKey[Any]()
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Every test of the library's classes as it is collected, before any hook can deselect or drop it."""
-    library, kind = _kind(item)
+    library, kind = kind_of(item)
     if library:
         _inventory(item.config).items[item.nodeid] = reports.item_facts(item, kind)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
     for item in items:
-        if _kind(item)[0]:
+        if kind_of(item)[0]:
             _inventory(item.config).deselected.add(item.nodeid)
 
 
 def _inventory(config: pytest.Config) -> Any:
-    from .judge import Inventory
+    from .verdict.judge import Inventory
 
     if _INVENTORY not in config.stash:
         config.stash[_INVENTORY] = Inventory()
@@ -261,12 +262,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     plan = config.stash.get(PLAN, None)
     if plan is None or REFUSED in config.stash:
         return
-    from . import manifest
+    from .buffer.contract import AREAS
+    from .verdict import manifest
 
     inventory = _inventory(config)
     facts = {"inventory": inventory.as_data(),
-             "required": manifest.required(plan, config.stash.get(PROMISE_FILTER, None)),
-             "area_of": manifest.area_of(),
+             "required": manifest.required(plan, config.stash.get(PROMISE_FILTER, None), AREAS),
+             "area_of": manifest.area_of(AREAS),
              "state_required": manifest.state_required(plan, inventory.classes(STATE_KIND)),
              "deselected_why": config.stash.get(_DESELECTED_WHY, None) or {}}
     config.stash[RUN_FACTS] = facts
@@ -275,89 +277,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         config.workeroutput[_WORKER_FACTS]["run"] = facts
 
 
-def _is_controller(config: pytest.Config) -> bool:
-    """The only process, or xdist's controller: not a worker."""
-    return not hasattr(config, "workerinput")
-
-
-def _start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> recording.CellRecorder | None:
-    """In the controller (or the only process), always: the recorder of the run's answer. With a
-    result path it first holds the path and marks it in progress."""
-    if not _is_controller(config):
-        return None
-    path = config.getoption("cpugpu_cell_result")
-    if path == "":
-        raise pytest.UsageError(f"{flags(config)['cell_result']} '': an empty path is no file")
-    name = config.getoption("cpugpu_cell_name") or "this run"
-    if path is not None and not config.getoption("cpugpu_cell_name"):
-        import torch  # only for the name in the file: xdist's controller without one imports no torch
-
-        name = f"torch-{torch.__version__.split('+')[0]}"
-    profile = config.getoption("hypothesis_profile", None)
-    impl = config.stash.get(recording.IMPL_SPEC, "")
-    sets_exit = path is not None or config.stash.get(SUITE_EXIT, False)
-    recorder = recording.CellRecorder(config, path, name, chosen, impl, profile, sets_exit=sets_exit)
-    if path is not None:
-        recorder.hold()
-    if sets_exit:
-        recorder.watch_sigint()
-    config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
-    return recorder
-
-
-def _load_known_failures(config: pytest.Config, recorder: recording.CellRecorder | None) -> None:
-    """The team's known failures, for the recorder (the controller, or the only process: workers
-    only run tests). A file that cannot be used is bad input: one line, exit 4, an `error` result."""
-    path = config.getoption("cpugpu_known_failures")
-    if path is None or recorder is None:
-        return
-    from cpugpu_conformance.results import known_failures
-
-    try:
-        recorder.known_failures = known_failures.load(path)
-    except known_failures.KnownFailuresError as exc:
-        flag = flags(config).get("known_failures", "--cpugpu-known-failures")
-        error = pytest.UsageError(f"{flag} {exc}")
-        _record_usage_error(recorder, error)
-        raise error from None
-
-
-def _record_usage_error(recorder: recording.CellRecorder | None, exc: pytest.UsageError) -> None:
-    """A run refused for bad input still replaces the result: an older pass must not stand."""
-    if recorder is not None:
-        recorder.write_usage_error(str(exc))
-
-
-def _ours(cls: type | None) -> bool:
-    """A subclass of the library's BufferTests: its module is imported wherever one is defined, so
-    a run without one imports nothing (torch) to say so."""
-    base = sys.modules.get("cpugpu_conformance.testing.base")
-    return isinstance(cls, type) and base is not None and issubclass(cls, base.BufferTests)
-
-
-def _state_class(cls: type | None) -> bool:
-    """A MutableStateTests class: its module is imported wherever one is defined."""
-    module = sys.modules.get("cpugpu_conformance.testing.mutable_state")
-    return isinstance(cls, type) and module is not None and issubclass(cls, module.MutableStateTests)
-
-
-def _kind(item: pytest.Item) -> tuple[bool, str | None]:
-    """Whether a test is one of the library's, and which kind (None: a buffer contract test)."""
-    cls = getattr(item, "cls", None)
-    if _ours(cls):
-        return True, None
-    if _state_class(cls):
-        return True, STATE_KIND
-    return False, None
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if _state_class(metafunc.cls):
-        from .mutable_state import generate_tests
+    if is_state_class(metafunc.cls):
+        from .engine.mutable_state import generate_tests
 
         generate_tests(metafunc, _plan(metafunc.config))
         return
-    if not _ours(metafunc.cls) or "device" not in metafunc.fixturenames:
+    if not is_buffer_class(metafunc.cls) or "device" not in metafunc.fixturenames:
         return  # a project's own tests, and its own `device` fixture, are its business
     plan = _plan(metafunc.config)
 
@@ -366,7 +292,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return pytest.param(device, *values, id=id, marks=marks)
 
     if "context" in metafunc.fixturenames:
-        from .contexts import contexts_for
+        from .shared.contexts import contexts_for
 
         # Every creation context of each device, as its own test: each run includes them all.
         pairs = [param(d, c, id=f"{d}-{c.name}") for d in plan.parametrized for c in contexts_for(d)]
@@ -385,27 +311,16 @@ def _plan(config: pytest.Config) -> DevicePlan:
     return plan
 
 
-def _wanted(item: pytest.Item, chosen: frozenset[str] | None) -> bool:
-    """Whether the test runs: see plan.wanted (its devices marker, its promises, --cpugpu-promise)."""
-    marked = [str(name) for mark in item.iter_markers(DEVICES_MARK) for name in mark.args]
-    try:
-        allowed = marked_devices(marked) if marked else None
-    except ValueError as exc:
-        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
-    accelerators = _plan(item.config).accelerators
-    return wanted(reports.promises_of(item), reports.device_of(item), chosen, allowed, accelerators)
-
-
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: the classes left are the ones tested
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _say_collisions(config, items)
-    if REFUSED not in config.stash and any(_kind(item)[0] for item in items):
+    say_collisions(config, items)
+    if REFUSED not in config.stash and any(kind_of(item)[0] for item in items):
         _check_torch_is_torch(config, "before the tests")
-    ours = [item for item in items if _ours(getattr(item, "cls", None))]
+    ours = [item for item in items if is_buffer_class(getattr(item, "cls", None))]
     if not ours:
         return
     if REFUSED not in config.stash:  # a worker that could not load the class has none to check
-        _check_classes(config, ours)
+        check_classes(config, ours)
     # The original bug's scenario first: a pre-fix class fails in the first seconds of a run.
     # Then the costly tests: pytest-xdist hands tests out in this order, and a costly one
     # handed out last leaves the other workers idle while it runs. A project's own tests keep their place.
@@ -414,13 +329,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     first = sorted(ours, key=order_key)
     order = iter(first)
-    items[:] = [next(order) if _ours(getattr(item, "cls", None)) else item for item in items]
+    items[:] = [next(order) if is_buffer_class(getattr(item, "cls", None)) else item for item in items]
     drop: list[pytest.Item] = []
     if REFUSED in config.stash:  # a worker that could not load the class runs nothing
         drop = ours
     else:
-        drop = [item for item in ours if not _wanted(item, config.stash[PROMISE_FILTER])]
-        config.stash[_DESELECTED_WHY] = dict(Counter(_why_not_wanted(item, config) for item in drop))
+        drop = [item for item in ours if not runs_here(item, config.stash[PROMISE_FILTER], _plan(config))]
+        config.stash[_DESELECTED_WHY] = dict(Counter(why_not_here(item, config, _plan(config)) for item in drop))
     if drop:
         config.hook.pytest_deselected(items=drop)
         dropped = {id(item) for item in drop}
@@ -429,23 +344,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Why the plugin deselected the tests it did (reason -> how many), for the run's last lines.
 _DESELECTED_WHY = pytest.StashKey[dict]()
-
-
-def _why_not_wanted(item: pytest.Item, config: pytest.Config) -> str:
-    """Why a library test does not run here, in words a newcomer reads in the summary."""
-    device = reports.device_of(item)
-    marked = [str(name) for mark in item.iter_markers(DEVICES_MARK) for name in mark.args]
-    if marked and device not in marked:
-        return f"runs only on {', '.join(marked)} (its {DEVICES_MARK} marker)"
-    chosen = config.stash.get(PROMISE_FILTER, None)
-    promises = reports.promises_of(item)
-    if chosen is not None and not promises & chosen:
-        return f"not asked for ({flags(config)['promise']} {','.join(sorted(chosen, key=int))})"
-    plan = _plan(config)
-    whys = sorted({why for p in promises for why in [not_applicable(p, str(device), plan.accelerators)] if why})
-    elsewhere = sorted({d for p in promises for d in APPLIES_TO.get(p, ()) if d not in plan.tested})
-    missing = "; ".join(f"{d} is not tested here ({plan.entry(d).get('reason', 'not requested')})" for d in elsewhere)
-    return "; ".join(whys) + (f": {missing}" if missing else "")
 
 
 def _torch_replaced(when: str) -> str | None:
@@ -466,57 +364,15 @@ def _check_torch_is_torch(config: pytest.Config, when: str) -> None:
     why = _torch_replaced(when)
     if why is None:
         return
-    config.stash[recording.TORCH_REPLACED] = why
+    config.stash[TORCH_REPLACED] = why
     if hasattr(config, "workeroutput"):  # an xdist worker runs nothing and hands the refusal on (one line)
         config.stash[REFUSED] = why
         config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
         config.workeroutput[_WORKER_FACTS]["refused"] = why
         return
     exc = pytest.UsageError(why)
-    _record_usage_error(config.pluginmanager.get_plugin("cpugpu-cell-recorder"), exc)
+    record_usage_error(config.pluginmanager.get_plugin("cpugpu-cell-recorder"), exc)
     raise exc
-
-
-def _say_collisions(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Once per class: the names it defines that the library uses (surface.py). Every test of it is
-    untested (judge.py); the warning says why, and how to mend it, in the run's last lines."""
-    from .surface import collisions
-
-    classes = {getattr(item, "cls", None) for item in items if _kind(item)[0]}
-    for cls in sorted((c for c in classes if c is not None), key=lambda c: f"{c.__module__}.{c.__qualname__}"):
-        for line in collisions(cls):
-            config.stash[WARNINGS].append(f"every test of {cls.__module__}.{cls.__qualname__} is untested: {line}")
-
-
-def _check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test class names the class under test; a result file is about one class."""
-    tested: dict[str, str] = {}
-    for item in items:
-        cls: Any = getattr(item, "cls", None)
-        if cls.buffer_cls is None and cls.make_buffer is _base_make_buffer():
-            raise pytest.UsageError(f"{cls.__module__}.{cls.__qualname__}: set buffer_cls to the class under test "
-                                    "(or override make_buffer)")
-        spec = _spec_of(cls)
-        tested.setdefault(spec, f"{cls.__module__}.{cls.__qualname__}")
-    if len(tested) > 1 and config.getoption("cpugpu_cell_result"):
-        names = ", ".join(f"{where} tests {spec}" for spec, where in sorted(tested.items()))
-        raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, "
-                                f"and this run has {len(tested)} ({names}): select one with -k")
-    config.stash[TESTED_CLASSES] = sorted(tested)
-    recorder = config.pluginmanager.get_plugin("cpugpu-cell-recorder")
-    if recorder is not None and not recorder.impl:
-        recorder.impl = ", ".join(sorted(tested))
-
-
-def _base_make_buffer() -> Any:
-    from .base import BufferTests
-
-    return BufferTests.make_buffer
-
-
-def _spec_of(cls: Any) -> str:
-    target = cls.buffer_cls if cls.buffer_cls is not None else cls
-    return f"{target.__module__}:{target.__qualname__}"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -526,11 +382,11 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     per node only when a parametrize marker made it, not the plugin's parametrization. The key is
     the test's contract key (keys.py), the same in every project, so a derandomized run draws
     the same examples for a test wherever its class lives."""
-    if not _ours(getattr(item, "cls", None)):
+    if not is_buffer_class(getattr(item, "cls", None)):
         return
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
     if inner is not None:
-        from .keys import key_of_item
+        from .verdict.keys import key_of_item
 
         inner._hypothesis_internal_add_digest = key_of_item(item).encode()
 
@@ -538,7 +394,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    library, kind = _kind(item)
+    library, kind = kind_of(item)
     if library:
         reports.annotate(item, report, kind)
     return report
@@ -548,11 +404,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if "torch" in sys.modules and _INVENTORY in config.stash and _inventory(config).items \
-            and not _hands_tests_to_workers(config) and recording.TORCH_REPLACED not in config.stash:
+            and not _hands_tests_to_workers(config) and TORCH_REPLACED not in config.stash:
         # Where the tests ran: a test (or a fixture) that patched torch and left it patched.
         why = _torch_replaced("at the end of the run")
         if why is not None:
-            config.stash[recording.TORCH_REPLACED] = why
+            config.stash[TORCH_REPLACED] = why
             if hasattr(config, "workeroutput"):
                 config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
                 config.workeroutput[_WORKER_FACTS]["torch_replaced"] = why
@@ -567,7 +423,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if REFUSED in config.stash and _is_controller(config):  # on stderr, as pytest says a usage error
+    if REFUSED in config.stash and is_controller(config):  # on stderr, as pytest says a usage error
         sys.stderr.write(f"ERROR: {config.stash[REFUSED]}\n")
     plan = config.stash.get(PLAN, None)
     # Workers report when they finish; none did and nobody pressed Ctrl-C: they all went down.
@@ -582,7 +438,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for warning in config.stash.get(WARNINGS, []):
         terminalreporter.write_line(f"warning: {warning}", yellow=True)
     why = config.stash.get(_DESELECTED_WHY, None) or (config.stash.get(RUN_FACTS, None) or {}).get("deselected_why")
-    if why and _is_controller(config):
+    if why and is_controller(config):
         total = sum(why.values())
         terminalreporter.write_line(f"cpugpu-conformance deselected {total} test(s) that do not apply: "
                                     + "; ".join(f"{reason} ({n})" for reason, n in sorted(why.items())))

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from . import strategies as s
+from ..shared import strategies as s
+from ..shared.checks import COPY_METHODS
+from ..shared.helpers import fill_bytes, raw, sync
+from ..shared.reproducer import Name, per_device
+from ..shared.stamps import contract_skip
 from .base import BufferTests, contract_test, property_test
-from .checks import COPY_METHODS
-from .helpers import fill_bytes, raw, sync
-from .reproducer import Name, per_device
-from .stamps import contract_skip
 
 
 @per_device("stall")

@@ -40,19 +40,18 @@ import torch
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from .contexts import PLAIN, Context, contexts_for
-from .reproducer import Name
-from .side_effects import caller_state
-from .stamps import CONTRACT_TESTS
-from .state_checks import built_and_warmed_up, in_place_refusal, note_changes, placement, warmed_up
-from .state_report import PLACEMENT, SHOWN, Checked, PhaseOutcome, message, misplaced, order_of
-from .state_reproducer import StateScenario
-from .state_walk import DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, WalkLimit, normalize_exclusions, walk
+from ..shared.caller import caller_state
+from ..shared.contexts import PLAIN, Context, contexts_for
+from ..shared.marks import STATE_REPORT_KEY
+from ..shared.reproducer import Name
+from ..shared.stamps import CONTRACT_TESTS
+from .checks import built_and_warmed_up, in_place_refusal, note_changes, placement, warmed_up
+from .report import PLACEMENT, SHOWN, Checked, PhaseOutcome, message, misplaced, order_of
+from .reproducer import StateScenario
+from .walk import DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, WalkLimit, normalize_exclusions, walk
 
 __all__ = ["Checked", "MutableStateTests", "assert_mutable_state", "check_state"]
 
-# The key of the report property the recorder reads (user_properties: ("mutable_state", {...})).
-REPORT_KEY = "mutable_state"
 
 
 def check_state(obj: Any, exclude: Mapping[str, str] | None = None, *, root: str = "state",
@@ -167,7 +166,7 @@ class MutableStateTests:
         cls = f"{type(self).__module__}.{type(self).__qualname__}"
         record: dict[str, Any] = {"class": cls, "device": device, "context": context.name,
                                   "promises": [P.MUTABLE, P.NO_SIDE_EFFECTS]}
-        request.node.user_properties.append((REPORT_KEY, record))
+        request.node.user_properties.append((STATE_REPORT_KEY, record))
         team_why = self.skip_contexts.get(context.name)
         why = team_why or context.same_as_plain()
         if why:  # the team's decision (waived), or a context that changes nothing on this machine

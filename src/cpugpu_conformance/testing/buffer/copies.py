@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import checks, threads
-from . import strategies as s
+from ..shared import checks, threads
+from ..shared import strategies as s
 from .base import BufferTests, construct_blamed, property_test
 
 

@@ -23,9 +23,9 @@ import torch
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from .reproducer import Record, Scenario, Step, literal
-from .state_checks import caller_left_alone, mutable_in_place, placed_as
-from .state_walk import set_elements
+from ..shared.reproducer import Record, Scenario, Step, literal
+from .checks import caller_left_alone, mutable_in_place, placed_as
+from .walk import set_elements
 
 # The names every reproducer has already (reproducer.py's header imports them).
 _HEADER_NAMES = {"torch": torch, "np": np}

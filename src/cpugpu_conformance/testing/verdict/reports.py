@@ -1,8 +1,8 @@
 """What a test's report carries to the recorder: its promises, its device, its reproducer.
 
 `annotate` runs where the test ran (an xdist worker, or the only process) and puts on the
-report what the controller's recorder (recording.py) needs; the markers the tests carry are
-named here, and how a report is read back (its message, its skip reason, a crashed worker).
+report what the controller's recorder (recording.py) needs, and how a report is read back (its
+message, its skip reason, a crashed worker). The markers are named in shared/marks.py.
 """
 
 from __future__ import annotations
@@ -10,69 +10,25 @@ from __future__ import annotations
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-from . import surface
+from ..shared import surface
+from ..shared.marks import RECORD, device_of, promises_of
 from .keys import key_of_item
-
-if TYPE_CHECKING:  # the reproducer imports torch, which xdist's controller never needs
-    from .reproducer import Record
-
-# The markers the plugin registers (namespaced: a project's own `promise` marker is its own).
-PROMISE_MARK = "cpugpu_promise"
-DEVICES_MARK = "cpugpu_devices"
-COSTLY_MARK = "cpugpu_costly"
-
-MARKERS = {
-    PROMISE_MARK: "(*numbers): the CONTRACT.md promises a test checks",
-    DEVICES_MARK: "(*names): the only devices a test runs on (devices.py names)",
-    COSTLY_MARK: ": a test that takes many times the others (run first, for xdist's balance)",
-}
 
 REPRO_SECTION = "Reproducer (standalone: torch, numpy and the impl)"
 
 # xdist's report for a test whose worker died has this phase.
 CRASH_PHASE = "???"
 
-# The test's own Record (reproducer, blame, observation), put on its item by the fixture.
-RECORD: pytest.StashKey[Record] = pytest.StashKey()
-
-
-def register_markers(config: pytest.Config) -> None:
-    """The library's markers, for --strict-markers: the plugin's run, or a project that imports the
-    library's classes without running them (this project's own tests)."""
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}{text}")
-
-
-def promises_of(item: pytest.Item) -> set[str]:
-    """The promises a test checks: its marker, or, for a project's override of a library test
-    (an opt-out: ``@pytest.mark.skip(...) def test_x(self): ...``), the marker of the test it
-    overrides, so that its skip is recorded against the promise, with its reason."""
-    marked = {str(n) for mark in item.iter_markers(PROMISE_MARK) for n in mark.args}
-    if marked:
-        return marked
-    name = getattr(item, "originalname", item.name)
-    for base in getattr(getattr(item, "cls", None), "__mro__", ())[1:]:
-        overridden = vars(base).get(name)
-        if overridden is not None:
-            marks = [mark for mark in getattr(overridden, "pytestmark", []) if mark.name == PROMISE_MARK]
-            return {str(n) for mark in marks for n in mark.args}
-    return set()
-
-
-def device_of(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("device") if callspec else None
-
 
 def item_facts(item: pytest.Item, kind: str | None = None) -> dict[str, Any]:
     """What the recorder needs to know of a collected test of the library's classes, as plain data:
     its class, its key (keys.py), its device and promises, whether its function is the
     contract's own (stamps.py) and, for an override, whether it opts out by a skip marker."""
-    from .stamps import is_contract_function
+    from ..shared.stamps import is_contract_function
 
     cls: Any = getattr(item, "cls", None)
     name = getattr(item, "originalname", None) or item.name

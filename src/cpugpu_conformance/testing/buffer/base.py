@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import budget
-from . import strategies as s
-from .contexts import PLAIN, Context
-from .reports import RECORD, promises_of
-from .reproducer import Name, Record, Scenario, import_line
-from .stamps import stamped
+from ..shared import budget
+from ..shared import strategies as s
+from ..shared.contexts import PLAIN, Context
+from ..shared.marks import RECORD, promises_of
+from ..shared.reproducer import Name, Record, Scenario, import_line
+from ..shared.stamps import stamped
 
 
 class BufferTests:

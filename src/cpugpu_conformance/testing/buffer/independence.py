@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import strategies as s
+from ..shared import strategies as s
+from ..shared.checks import separate_storages, zeroed
+from ..shared.helpers import expected_bytes, fill_bytes, raw, sync
+from ..shared.reproducer import Name
 from .base import BufferTests, blame_by_line, property_test
-from .checks import separate_storages, zeroed
-from .helpers import expected_bytes, fill_bytes, raw, sync
-from .reproducer import Name
 
 # A size no check draws (each drawn dimension is at most 4) nor writes: a buffer of it that is not
 # zeroed was never zeroed (promise 2), whatever memory a pool handed it.

@@ -17,35 +17,16 @@ and the functions go into reproducers as they are written.
 from __future__ import annotations
 
 import pytest
-import torch
 
-from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from . import budget
-from . import strategies as s
+from ..shared import budget
+from ..shared import strategies as s
+from ..shared.caller import caller_state
+from ..shared.helpers import sync
+from ..shared.reproducer import Name
+from ..shared.stamps import contract_skip
 from .base import BufferTests, blame_by_line, construct_in, constructor_promise, property_test
-from .helpers import sync
-from .reproducer import Name, per_device
-from .stamps import contract_skip
-
-
-@per_device("caller_state")
-def device_state(device):
-    """What only this kind of device has (its current stream, say): devices.py."""
-    return devices.get(device.type).caller_state(device)
-
-
-def caller_state(device):
-    """What the caller's code depends on, and a buffer must leave as it found it."""
-    state = {
-        "grad mode": torch.is_grad_enabled(),
-        "inference mode": torch.is_inference_mode_enabled(),
-        "default dtype": torch.get_default_dtype(),
-        "default device": torch.empty(0).device,
-    }
-    state.update(device_state(device))
-    return state
 
 
 def unchanged(before, after_what, device):

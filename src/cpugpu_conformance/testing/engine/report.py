@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpugpu_conformance import promises as P
+from cpugpu_conformance.promises import PLACEMENT  # an ambient context leaking into the state: a cause beside 3 and 12
 
-from .state_checks import described
-from .state_judge import PLACEMENT  # an ambient context leaking into the state: a cause beside promises 3 and 12
+from .checks import described
 
 PLACEMENT_TITLE = "built in any context, every tensor has the device, dtype and shape it has when built plainly"
 

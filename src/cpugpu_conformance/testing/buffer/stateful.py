@@ -32,12 +32,12 @@ from hypothesis.stateful import (
 
 from cpugpu_conformance import promises as P
 
-from . import budget, dtypes
-from . import strategies as s
+from ..shared import budget, dtypes
+from ..shared import strategies as s
+from ..shared.checks import separate_storages, shape_dtype_device
+from ..shared.helpers import host, sync
+from ..shared.reproducer import Name, Record, Scenario
 from .base import BufferTests, construct_blamed, construct_in, contract_test, refused_as_inference
-from .checks import separate_storages, shape_dtype_device
-from .helpers import host, sync
-from .reproducer import Name, Record, Scenario
 
 # Dtypes whose values the model can hold exactly: small integers, written and compared.
 # Two shards, each with half the examples, so pytest-xdist can run them side by side.

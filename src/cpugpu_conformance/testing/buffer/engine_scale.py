@@ -13,8 +13,8 @@ import pytest
 
 from cpugpu_conformance import promises as P
 
-from . import budget, checks
-from . import strategies as s
+from ..shared import budget, checks
+from ..shared import strategies as s
 from .base import BufferTests, property_test
 from .construction import zeroed_at_construction
 from .copies import comparable

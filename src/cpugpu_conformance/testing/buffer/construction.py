@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from cpugpu_conformance import promises as P
 
-from . import budget, checks, dtypes
-from . import strategies as s
-from .base import BufferTests, construct_blamed, construct_in, constructor_promise, contract_test, property_test
+from ..shared import budget, checks, dtypes
+from ..shared import strategies as s
+from ..shared.reproducer import Name, Record, Scenario
+from .base import (
+    BufferTests,
+    construct_blamed,
+    construct_in,
+    constructor_promise,
+    contract_test,
+    property_test,
+)
 from .independence import UNWRITTEN_SIZE, a_buffer_nothing_wrote, written_then_dropped
-from .reproducer import Name, Record, Scenario
 
 # Every creation context is its own test (the plugin parametrizes `context`), so each run
 # checks the explicit arguments against every ambient default; a tenth of the examples each.

@@ -3,9 +3,10 @@
 `annotate` runs where the test ran (an xdist worker, or the only process) and puts what
 the controller needs on the report; `CellRecorder` runs in the controller only, in every
 run: its answer (results.CellResult.answer, the one rule) decides the exit status, with or
-without a result file (`exit_status`). With --cell-result it holds the result path for the
-whole run, with an ``interrupted`` placeholder in it until the run's own answer replaces
-it, so a run that dies never leaves an older pass behind.
+without a result file (exit_status.py), and its last lines (last_lines.py) say it. With
+--cell-result it holds the result path for the whole run, with an ``interrupted`` placeholder
+in it until the run's own answer replaces it, so a run that dies never leaves an older pass
+behind.
 
 PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
 and the functions go into reproducers as they are written.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import platform
 import signal
 import sys
 import threading
@@ -25,105 +25,19 @@ from typing import Any
 
 import pytest
 
-from cpugpu_conformance import devices, results
-from cpugpu_conformance.exits import SuiteExit
+from cpugpu_conformance import results
 from cpugpu_conformance.promises import DEVICES, PROMISES, not_applicable
 from cpugpu_conformance.results import known_failures
 
-from . import threads
+from ..shared.marks import STATE_REPORT_KEY
+from . import last_lines
+from .environment import environment, observations, profile_in_force, torch_version
+from .exit_status import exit_status, with_known_failures
 from .judge import Inventory, Judgement, TestEvidence, untested_lines
 from .plan import DevicePlan, flags, in_contract_order
 from .reports import CRASH_PHASE, FACTS, Crash, message, skip_reason, worker_exit, worker_id
-from .state_judge import REPORT_KEY as STATE_REPORT_KEY
+from .stash import PLAN, REFUSED, RUN_FACTS, SHOWN_AS, TORCH_REPLACED, WARNINGS
 from .state_judge import section as state_section
-
-# What pytest_configure works out once, for the hooks and fixtures.
-IMPL = pytest.StashKey[Any]()  # the shipped suite's loaded --impl (impl.Impl)
-IMPL_SPEC = pytest.StashKey[str]()  # how the result file names the class under test
-PLAN: pytest.StashKey[DevicePlan | None] = pytest.StashKey()  # None: xdist's controller, until a worker reports
-PROMISE_FILTER = pytest.StashKey[Any]()
-WARNINGS = pytest.StashKey[list[str]]()
-# Set by a run that wants the suite's exit status whatever it writes (the shipped suite).
-SUITE_EXIT = pytest.StashKey[bool]()
-# Set by the shipped suite: loads the class under test, after the torch observations are taken
-# (a class may patch torch when imported). Raises pytest.UsageError for bad input.
-LOAD_CLASS = pytest.StashKey[Any]()
-# The classes the collected tests are against: the result file names them.
-TESTED_CLASSES = pytest.StashKey[list]()
-# The one-line refusal of an xdist worker that could not load the class under test.
-REFUSED = pytest.StashKey[str]()
-# What the run collected of the library's tests and what the contract requires of it (judge.py's
-# Inventory as data, manifest.required, manifest.area_of): worked out where tests are collected,
-# carried from an xdist worker to the controller.
-RUN_FACTS = pytest.StashKey[dict]()
-# Set by a matrix cell's runner (runner/cell.py), which writes the suite's file to a staging path and
-# moves it into place: the final path, for the line that says where the result is.
-SHOWN_AS = "CPUGPU_CONFORMANCE_RESULT_SHOWN_AS"
-# The line that says a test left torch patched (plugin.py checks torch again where the tests ran).
-TORCH_REPLACED = pytest.StashKey[str]()
-
-
-
-
-def exit_status(pytest_status: int, answer: results.Answer, checks_ran: bool = False) -> int:
-    """The run's exit status, saying what its result says.
-
-    pytest's status stands unless it is 0: a failure (1), an interruption (2), an internal
-    (3) or usage (4) error and "no tests collected" (5) are already no pass. A 0 becomes the
-    answer's: 0 every promise asked for passed or was recorded; 1 one failed; 5 nothing was
-    tested (no check of any promise ran: --collect-only, --setup-only, -k or --deselect of
-    every test); 6 some checks ran and held, but some promise went untested or was waived (a
-    device asked for is missing, -k or --deselect of some tests, an opt-out). ``checks_ran``:
-    a contract test ran its body to the end, even if no promise it checks passed as a whole.
-    pytest's 1 becomes 0 when every failure is one the team's known-failures file lists (the
-    answer is then clean); a listed promise that passed makes the answer, and so the exit, 1.
-    """
-    if known_failures_only(pytest_status, answer):
-        return int(pytest.ExitCode.OK)
-    if pytest_status != pytest.ExitCode.OK or answer.clean:
-        return int(pytest_status)
-    if answer.kind == "failed":
-        return int(pytest.ExitCode.TESTS_FAILED)
-    tested = checks_ran or answer.counts.get("passed", 0) + answer.counts.get("recorded", 0)
-    return int(SuiteExit.PARTLY_TESTED if tested else SuiteExit.NOTHING_TESTED)
-
-
-def known_failures_only(pytest_status: int, answer: results.Answer) -> bool:
-    """pytest failed the run on tests whose every failure the team lists as known (the answer is
-    clean only when each failure is a listed one, and nothing failed outside a promise)."""
-    return pytest_status == pytest.ExitCode.TESTS_FAILED and answer.clean and bool(answer.counts.get("known_failure"))
-
-
-def environment() -> dict[str, Any]:
-    import hypothesis
-    import numpy
-    import torch
-
-    return {
-        "torch": torch.__version__,
-        "torch_git_version": getattr(torch.version, "git_version", None),
-        **devices.environment(),
-        "numpy": numpy.__version__,
-        "hypothesis": hypothesis.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        **threads.environment(),  # the intra-op thread counts the tests and the copies ran with
-    }
-
-
-def _observations() -> dict[str, Any]:
-    try:
-        from cpugpu_conformance import observe
-    except ImportError:
-        return {}
-    return observe.observe_all()
-
-
-def _profile_in_force() -> str:
-    from hypothesis import settings  # only where a result is written: an inert run imports no hypothesis
-
-    return getattr(settings, "_current_profile", None) or "default"
 
 
 def mark_refused(path: str) -> None:
@@ -140,10 +54,6 @@ def mark_refused(path: str) -> None:
             ).write(path)
     except (results.ResultPathBusy, results.NotRegularFile, results.ResultFileError, OSError):
         pass
-
-
-# The exits of a run whose tests all passed that is still no pass.
-_UNTESTED = (SuiteExit.NOTHING_TESTED, SuiteExit.PARTLY_TESTED)
 
 
 class CellRecorder:
@@ -209,7 +119,7 @@ class CellRecorder:
 
     def observe(self) -> None:
         """The torch behaviour the contract rests on, taken before the class under test is imported."""
-        self.observations = _observations()
+        self.observations = observations()
 
     def write_usage_error(self, message: str) -> None:
         if self.path is None:
@@ -231,7 +141,7 @@ class CellRecorder:
         return {
             "requested": self._requested(),
             "impl": self.impl,
-            "hypothesis_profile": self.profile or _profile_in_force(),
+            "hypothesis_profile": self.profile or profile_in_force(),
             "argv": sys.argv[1:],
             "environment": environment(),
         }
@@ -343,7 +253,7 @@ class CellRecorder:
             return {**entry, "verdict": "skipped", "reason": dev["reason"]}
         if self.known_failures is None:
             return entry
-        return known_failures.mark(entry, self.known_failures, promise, device, _torch_version())
+        return known_failures.mark(entry, self.known_failures, promise, device, torch_version())
 
     def _crash_lines(self) -> list[str]:
         """Each worker that died: during a test (xdist named it), or between tests."""
@@ -426,7 +336,7 @@ class CellRecorder:
         if self.sets_exit:
             session.exitstatus = self.exitstatus
         elif self.known_failures is not None:  # a project's own run: only what the file promises changes
-            session.exitstatus = _with_known_failures(session.exitstatus, self.answer)
+            session.exitstatus = with_known_failures(session.exitstatus, self.answer)
         if session.exitstatus == pytest.ExitCode.OK and self.answer.kind == "failed":
             # A project's own run whose last attempts passed (pytest-rerunfailures, a repeat): an attempt
             # that failed is a failure of the contract, and no rerun washes it out of the exit code.
@@ -455,80 +365,15 @@ class CellRecorder:
         try:
             return (yield)
         finally:
-            self._say_known_failures(terminalreporter)
-            self._say_failed(terminalreporter)
-            self._say_untested(terminalreporter)
+            last_lines.say_known_failures(self, terminalreporter)
+            last_lines.say_failed(self, terminalreporter)
+            last_lines.say_untested(self, terminalreporter)
             if self.written:
                 note = "" if self.status == "completed" else f" (status: {self.status})"
                 # A matrix cell's runner moves the file into place after the run: name where it will be.
                 shown = os.environ.get(SHOWN_AS) or self.written
                 terminalreporter.write_line(f"cell result written to {shown}{note}", red=self.status != "completed")
 
-    def _say_failed(self, terminalreporter: Any) -> None:
-        """Each promise and device that failed, with its one-line reason, as the result file has them."""
-        if self.answer is None or self.answer.kind != "failed":
-            return
-        rerun = " (an attempt that failed counts, whatever a rerun did)" if self.washed_out else ""
-        terminalreporter.write_line(f"cpugpu-conformance: the contract does not hold{rerun}:", red=True)
-        _write_some(terminalreporter, list(self.answer.lines), 12)
-
-    def _say_known_failures(self, terminalreporter: Any) -> None:
-        """What the team's known-failures file did: failures it lists, and listings that passed."""
-        if self.answer is None or self.known_failures is None:
-            return
-        known, stale = self.answer.counts.get("known_failure", 0), self.answer.counts.get("listed_but_passed", 0)
-        if known:
-            terminalreporter.write_line(f"{known} promise-device pair(s) failed as {self.known_failures.file} lists "
-                                        "(known failures): tested, not passed, and no failure of the run", yellow=True)
-        if stale:
-            terminalreporter.write_line(f"{stale} promise-device pair(s) listed in {self.known_failures.file} passed: "
-                                        "the run fails until the entries are removed", red=True)
-            listed = [line for line in self.answer.lines if "listed as a known failure" in line]
-            _write_some(terminalreporter, listed, 5)
-
-    def _say_untested(self, terminalreporter: Any) -> None:
-        """Why a run whose tests all passed is no pass (exit 5 or 6): what went untested."""
-        exitstatus, nothing = self.exitstatus, SuiteExit.NOTHING_TESTED
-        if self.answer is None or self.answer.kind != "untested" or exitstatus not in _UNTESTED:
-            return
-        if self.plan is not None and self.plan.nothing_testable:
-            return  # the suite's own line says no requested device is available
-        lines = self.answer.lines
-        untested = f"{len(lines)} of the pairs (promise, device) and classes asked for went untested"
-        head = "nothing was tested" if exitstatus == nothing else untested
-        if self.sets_exit:
-            terminalreporter.write_line(f"{head} (exit {exitstatus}): the run is not a pass", red=True)
-        else:  # a project's own run: its exit status is pytest's, the contract's answer is this line
-            terminalreporter.write_line(f"cpugpu-conformance: {head}: the contract is not shown to hold "
-                                        f"(with {self.flags['cell_result']} the run would exit {exitstatus})",
-                                        yellow=True)
-        _write_some(terminalreporter, lines, 5)
-        if self.untested_lines:
-            terminalreporter.write_line("the tests that kept them from passing, and why:", red=True)
-            _write_some(terminalreporter, self.untested_lines, 10)
-
-
-def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
-
-
-def _with_known_failures(pytest_status: int, answer: results.Answer) -> int:
-    """pytest's exit status in a run that leaves it pytest's, with a known-failures file: 0 when
-    every failure is a listed one, 1 when a listed promise passed (strict, as xfail_strict)."""
-    if known_failures_only(pytest_status, answer):
-        return int(pytest.ExitCode.OK)
-    if pytest_status == pytest.ExitCode.OK and answer.counts.get("listed_but_passed"):
-        return int(pytest.ExitCode.TESTS_FAILED)
-    return int(pytest_status)
-
-
-def _write_some(terminalreporter: Any, lines: list[str] | tuple[str, ...], shown: int) -> None:
-    for line in lines[:shown]:
-        terminalreporter.write_line(f"  {line}", red=True)
-    if len(lines) > shown:
-        terminalreporter.write_line(f"  ... and {len(lines) - shown} more (the result file lists every one)", red=True)
 
 
 def _stopped_by_maxfail(session: pytest.Session) -> bool:

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import budget, checks, dtypes
-from . import strategies as s
+from ..shared import budget, checks, dtypes
+from ..shared import strategies as s
+from ..shared.reproducer import Name
+from ..shared.stamps import contract_skip
 from .base import BufferTests, blame_by_line, construct_blamed, property_test
-from .reproducer import Name
-from .stamps import contract_skip
 
 
 def bfloat16_with_numpy_raises_value_error(make):

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from cpugpu_conformance import promises as P
 
-from . import checks
-from . import strategies as s
+from ..shared import checks
+from ..shared import strategies as s
+from ..shared.helpers import raw, sync
+from ..shared.reproducer import Name, Record
 from .base import (
     INFERENCE_REFUSALS,
     BufferTests,
@@ -28,8 +30,6 @@ from .base import (
     line_that_raised,
     property_test,
 )
-from .helpers import raw, sync
-from .reproducer import Name, Record
 
 
 def not_inference(buf):

@@ -27,7 +27,7 @@ from typing import Any
 
 from cpugpu_conformance.promises import RECORDED_ONLY
 
-from .stamps import COLLIDED, COMPLETED, RAISED, SHORT, SKIPPED, STOPPED
+from ..shared.stamps import COLLIDED, COMPLETED, RAISED, SHORT, SKIPPED, STOPPED
 
 HELD, FAILED, UNTESTED, WAIVED, CONTRACT_SKIPPED = "held", "failed", "untested", "waived", "contract_skipped"
 XPASS_STRICT = "[XPASS(strict)]"  # how pytest words the failure of a strict xfail test that passed

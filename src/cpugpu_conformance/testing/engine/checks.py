@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .side_effects import caller_state
+from ..shared.caller import caller_state
 
 
 def in_place_refusal(tensor):

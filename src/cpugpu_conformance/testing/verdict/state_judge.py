@@ -14,14 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cpugpu_conformance.promises import PLACEMENT
+
 from .judge import XPASS_STRICT, Inventory, TestEvidence, by_class_and_key, stand_in
 
-# The report property mutable_state.py's test puts its record under.
-REPORT_KEY = "mutable_state"
 KIND = "mutable_state"  # item facts of a MutableStateTests test carry kind=KIND
-# An ambient context (a default device or dtype) leaking into the state: a cause of its own beside
-# promises 3 and 12 (state_report.py says the same, for the terminal).
-PLACEMENT = "placement"
 
 
 def verdict_of(ev: TestEvidence) -> tuple[str, str | None]:

@@ -2,7 +2,8 @@
 
 A promise passes on a device only when every one of its tests that applies there (each
 method, each parametrization) ran its body to the end (judge.py). Which tests those are
-comes from the library's own classes (contract.AREAS), never from what a run collected:
+comes from the library's own classes (buffer/contract.py's AREAS, which the plugin hands in: the
+verdict imports no area), never from what a run collected:
 a class that subclasses one area only, an override, ``-k``, ``--deselect`` or a conftest
 hook cannot shrink the list. Each test is named by its key (keys.py), as a collected one is,
 so the two can be matched.
@@ -17,9 +18,9 @@ from typing import Any
 
 from cpugpu_conformance.promises import not_applicable
 
+from ..shared.marks import DEVICES_MARK, PROMISE_MARK
 from .keys import test_key
 from .plan import DevicePlan, marked_devices
-from .reports import DEVICES_MARK, PROMISE_MARK
 
 
 def _marks(function: Any, name: str) -> list[Any]:
@@ -67,15 +68,10 @@ def contract_tests(areas: Iterable[type]) -> list[tuple[type, str, Any]]:
             if name.startswith("test") and callable(fn)]
 
 
-def required(plan: DevicePlan, chosen: frozenset[str] | None, areas: Iterable[type] | None = None,
-             ) -> dict[str, dict[str, list[str]]]:
+def required(plan: DevicePlan, chosen: frozenset[str] | None, areas: Iterable[type]) -> dict[str, dict[str, list[str]]]:
     """promise -> device -> the keys of every contract test of it that must run there: the devices
     this run makes tests for (tested, or asked for and missing), the promises it asked for."""
-    if areas is None:
-        from .contract import AREAS
-
-        areas = AREAS
-    from .contexts import contexts_for
+    from ..shared.contexts import contexts_for
 
     out: dict[str, dict[str, list[str]]] = {}
     for cls, name, function in contract_tests(areas):
@@ -103,19 +99,15 @@ def required(plan: DevicePlan, chosen: frozenset[str] | None, areas: Iterable[ty
     return out
 
 
-def area_of(areas: Iterable[type] | None = None) -> dict[str, str]:
+def area_of(areas: Iterable[type]) -> dict[str, str]:
     """test name -> the area class that defines it: what a class must include to run it."""
-    if areas is None:
-        from .contract import AREAS
-
-        areas = AREAS
     return {name: cls.__name__ for cls, name, _ in contract_tests(areas)}
 
 
 def state_required(plan: DevicePlan, classes: Iterable[str]) -> dict[str, list[str]]:
     """MutableStateTests class -> the keys of the tests it must run: every creation context of
     every device the run makes tests for (mutable_state.generate_tests)."""
-    from .contexts import contexts_for
+    from ..shared.contexts import contexts_for
 
     keys = [test_key("test_mutable_state", {"device": d, "context": c}) for d in plan.parametrized
             for c in contexts_for(d)]
