@@ -16,8 +16,9 @@ from cpugpu_conformance.testing.shared.reproducer import Record, Scenario, Step
 
 
 def _import_library() -> list[Any]:
-    """Every module of the library (tests/conftest.py registers its marks)."""
-    return [importlib.import_module(f"{testing.__name__}.{info.name}") for info in pkgutil.iter_modules(testing.__path__)]
+    """Every module of the library, in every room (tests/conftest.py registers its marks)."""
+    return [importlib.import_module(info.name)
+            for info in pkgutil.walk_packages(testing.__path__, prefix=f"{testing.__name__}.") if not info.ispkg]
 
 
 LIBRARY = _import_library()

@@ -25,7 +25,7 @@ from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing.buffer import side_effects
+from cpugpu_conformance.testing.shared import caller
 from cpugpu_conformance.testing.buffer.device_promises import (
     allow_sync,
     capture_copy,
@@ -138,11 +138,11 @@ def test_the_in_order_check_sees_a_copy_that_carried_the_wrong_rows(cpu_with_a_n
 def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
     """Each under the name of the helper that stands for it (its body as it is, no import of torch in it)."""
     functions = [copy_lands_in_order, copy_returns_before_queued_work, copy_joins_the_caller_stream,
-                 side_effects.caller_state, *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
+                 caller.caller_state, *(c.enter for c in contexts.contexts_for("cuda") if c.enter is not None)]
     script = script_for("cuda", *functions)
     compile(script, "<reproducer>", "exec")
     helper_of = {"sync": helpers.sync, "stall": stall, "idle": idle, "capture": capture_copy, "forbid_sync": forbid_sync,
-                 "allow_sync": allow_sync, "caller_state": side_effects.device_state}
+                 "allow_sync": allow_sync, "caller_state": caller.device_state}
     own = [(getattr(devices.CUDA, attribute), helper.__name__) for attribute, helper in helper_of.items()]
     for func, name in own + [(f, f.__name__) for f in devices.CUDA.contexts]:
         source = inspect.getsource(func).replace(f"def {func.__name__}(", f"def {name}(", 1)

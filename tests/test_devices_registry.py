@@ -163,7 +163,7 @@ def test_where_a_test_runs_comes_from_its_promises_and_its_devices_marker():
 # The suite's logic asks the registry rather than test for an accelerator's name ("cpu" is
 # also the buffer's host side, buf.cpu, which every check names).
 DEVICE_LITERAL = re.compile(r"""["']cuda["']""")
-SUITE = sorted((REPO / "conformance").glob("*.py")) + sorted((REPO / "src/cpugpu_conformance/testing").glob("*.py"))
+SUITE = sorted((REPO / "conformance").glob("*.py")) + sorted((REPO / "src/cpugpu_conformance/testing").rglob("*.py"))
 
 
 def test_no_device_name_is_spelled_out_in_the_suite():

@@ -159,7 +159,7 @@ def room_of(module: str) -> str | None:
     if module != TESTING and not module.startswith(TESTING + "."):
         return None
     parts = module[len(TESTING) + 1:].split(".") if module != TESTING else []
-    return parts[0] if len(parts) > 1 else ""
+    return parts[0] if len(parts) > 1 or (parts and parts[0] in ROOMS) else ""
 
 
 def crossings(graph: dict[str, set[str]]) -> list[str]:

@@ -119,7 +119,8 @@ def test_the_librarys_checks_are_not_rewritten_by_pytest(tmp_path):
     """Loaded as a plugin, the package would have its asserts rewritten: the checks' own messages would
     grow pytest's explanations, and the reproducers built from them would import `@py_builtins`."""
     (tmp_path / "test_theirs.py").write_text(
-        "from cpugpu_conformance.testing import checks, mutability, side_effects\n\n\n"
+        "from cpugpu_conformance.testing.buffer import mutability, side_effects\n"
+        "from cpugpu_conformance.testing.shared import checks\n\n\n"
         "def test_not_rewritten():\n"
         "    for f in (checks.zeroed, checks.shape_dtype_device, mutability.not_inference, side_effects.unchanged):\n"
         "        assert not [n for n in f.__code__.co_names if n.startswith('@')], f.__name__\n")

@@ -19,6 +19,8 @@ from suite_runner import (
 
 from cpugpu_conformance import results, variants
 
+SRC = Path(__file__).resolve().parent.parent / "src" / "cpugpu_conformance"
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
@@ -36,7 +38,10 @@ def test_the_wheel_holds_the_suite_inside_the_package(wheel):
     assert "cpugpu_conformance/suite/conftest.py" in names and "cpugpu_conformance/suite/suite.ini" in names
     assert "cpugpu_conformance/suite/test_contract.py" in names
     # The suite's tests are the library's: the wheel that holds one holds the other.
-    assert "cpugpu_conformance/testing/plugin.py" in names and "cpugpu_conformance/testing/contract.py" in names
+    assert "cpugpu_conformance/testing/plugin.py" in names and "cpugpu_conformance/testing/buffer/contract.py" in names
+    # Every room of the library, each module of it: a package data rule that misses a folder loses a room.
+    rooms = sorted(str(p.relative_to(SRC.parent)) for p in (SRC / "testing").rglob("*.py"))
+    assert not [r for r in rooms if r not in names], "modules of testing/ missing from the wheel"
     assert not [n for n in names if n.startswith("conformance/")], "a top-level `conformance` package is too generic a name"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     metadata = zipfile.ZipFile(wheel).read("cpugpu_conformance-0.1.0.dist-info/METADATA").decode()
