@@ -509,9 +509,9 @@ def test_a_result_made_of_what_is_not_a_mapping_is_a_result_file_error(value):
 
 def test_an_unknown_top_level_key_is_refused_without_jsonschema_too(monkeypatch):
     """The top level is checked by the model itself: a minimal environment (no jsonschema) refuses it as well."""
-    from cpugpu_conformance.results import model
+    from cpugpu_conformance.results import schema_checks  # validate's home: where it looks _check_schema up
 
-    monkeypatch.setattr(model, "_check_schema", lambda data, source, name="cell-result": None)
+    monkeypatch.setattr(schema_checks, "_check_schema", lambda data, source, name="cell-result": None)
     with pytest.raises(ResultFileError, match="unknown key 'padding' at the top level"):
         CellResult(dict(rf.completed("2.13.0"), padding=[0] * 10), "<made>")
     with pytest.raises(ResultFileError, match="the JSON is a string"):
