@@ -185,7 +185,7 @@ def test_the_marks_are_the_outcome_kinds_and_the_schema_knows_them_all():
     assert set(mark_kinds) == set(marks.MARKS) == {"passed", "failed", "recorded", "untested", "not_applicable",
                                                    "not_requested", "waived", "known_failure", *statuses}
     assert set(answer_kinds) == set(marks.ANSWERS) == {"passed", "failed", "untested", "waived", "known_failure",
-                                                       *statuses}
+                                                       "not_applicable", *statuses}
     assert {*results.VERDICT_KINDS, *results.NOT_ASKED_KINDS} <= set(marks.MARKS)
     for styles in (marks.MARKS, marks.ANSWERS):
         labels = [style.label for style in styles.values()]

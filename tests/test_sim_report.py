@@ -92,3 +92,68 @@ def test_the_composite_action_takes_device_sim_with_what_building_it_needs():
     assert "sim" in action["inputs"]["device"]["description"]
     target = next(step for step in action["runs"]["steps"] if step.get("id") == "target")
     assert 'if [ "$DEVICE" = sim ]' in target["run"] and "setuptools" in target["run"]
+
+
+def old_sim_cell(torch: str) -> dict[str, Any]:
+    """A sim cell of a torch too old to host sim, as the suite writes it: sim skipped with why, nothing tested."""
+    from cpugpu_conformance import sim
+
+    data = sim_cell(torch)
+    why = sim.too_old(torch)
+    assert why is not None
+    data["devices"]["sim"] = {"status": "skipped", "reason": why}
+    for promise in data["promises"].values():
+        promise["devices"]["sim"] = {"verdict": "skipped", "reason": why, "passed": 0, "failed": 0, "skipped": 3}
+    data["environment"]["sim_loaded"] = False
+    return rf.validate(data)
+
+
+def test_a_sim_cell_of_a_torch_too_old_for_sim_is_not_applicable_with_why():
+    from cpugpu_conformance import sim
+
+    assert sim.too_old("2.7.1") and sim.too_old("2.5.1+cpu") and sim.too_old("2.8.0") is None
+    assert sim.too_old("nightly") is None  # no version number: nothing to say
+    cell = results.CellResult(old_sim_cell("2.5.1"), "torch-2.5.1-sim.json")
+    assert cell.outcome("10", "sim").kind == "not_applicable"
+    answer = cell.answer()
+    assert answer.kind == "not_applicable" and not answer.clean, answer
+    assert "older than 2.8" in answer.lines[0] and answer.lines[0].startswith("sim:")
+    assert cell.describe().startswith("NOT APPLICABLE (sim: torch 2.5.1 is older than 2.8")
+
+
+def test_a_too_old_release_never_excuses_a_device_it_can_host():
+    """The limit is the device's, not the release's: a cpu skipped on torch 2.5.1 is untested, and a sim cell
+    of 2.13 whose sim was skipped is untested too (2.13 hosts sim: something else went wrong)."""
+    data = rf.completed("2.5.1")
+    data["devices"]["cpu"] = {"status": "skipped", "reason": "cpu was skipped"}
+    assert results.CellResult(rf.validate(data), "a.json").answer().kind == "untested"
+    late = old_sim_cell("2.5.1")
+    late["environment"]["torch"] = "2.13.0"
+    assert results.CellResult(rf.validate(late), "b.json").answer().kind == "untested"
+
+
+def test_not_applicable_cells_count_neither_for_nor_against(tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    rf.write(folder, "torch-2.5.1-sim.json", old_sim_cell("2.5.1"))
+    assert main(["summary", str(folder)]) == 1  # nothing but not applicable: nothing proved
+    assert "1 cells, 0 clean, 1 not applicable (neither a pass nor a failure), 0 not" in capsys.readouterr().out
+    rf.write(folder, "torch-2.13.0-sim.json", sim_cell("2.13.0"))
+    assert main(["summary", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "2 cells, 1 clean, 1 not applicable" in out and "NOT APPLICABLE" in out, out
+    rf.write(folder, "torch-2.13.0-cpu.json", rf.completed("2.13.0", failed={("3", "cpu"): [rf.failure("t", "m", None)]}))
+    assert main(["summary", str(folder)]) == 1
+
+
+def test_the_report_page_badge_and_compat_json_show_a_not_applicable_sim_cell(tmp_path):
+    out = report(tmp_path, {"torch-2.5.1-cpu": rf.completed("2.5.1"), "torch-2.5.1-sim": old_sim_cell("2.5.1"),
+                            "torch-2.13.0-sim": sim_cell("2.13.0")})
+    compat = json.loads((out / "compat.json").read_text())
+    sim_summary = {d["device"]: d for d in compat["summary"]["devices"]}["sim"]
+    assert sim_summary["conforming"] == ["2.13.0"], sim_summary
+    page = (out / "index.html").read_text()
+    assert "not applicable" in page.lower() and "older than 2.8" in page
+    assert "not applicable" in (out / "COMPAT.md").read_text().lower()
+    badge = json.loads((out / "badge.json").read_text())
+    assert "sim (simulated) 1/1 conform" in badge["message"], badge

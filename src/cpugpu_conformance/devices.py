@@ -25,6 +25,10 @@ def _never() -> bool:
     return False
 
 
+def _no_limit(release: str) -> str | None:
+    return None
+
+
 def _yes() -> bool:
     return True
 
@@ -54,10 +58,13 @@ class Device:
     # run; its answer is why it cannot be (None: ready).
     by_name_only: bool = False
     prepare: Callable[[], str | None] = _always_here
-    # Why this torch release cannot host the device at all (sim before torch 2.6): a property of the
+    # Why this torch release cannot host the device at all (sim before torch 2.8): a property of the
     # release, not of the machine. A device asked for by name that the machine cannot ready for any
     # other reason (no compiler, a failed build) is a usage error, never a device merely missing.
     release_limit: Callable[[], str | None] = _always_here
+    # The same for a release named by a result file (its environment's torch), without importing torch:
+    # a cell of such a release is not applicable on the device, with this why (results/rule.py).
+    limit_of_release: Callable[[str], str | None] = _no_limit
     # Whether the device is in this process now (sim: loaded); an accelerator only then.
     loaded: Callable[[], bool] = _yes
     # A simulation of a device, not one: every report labels its column so.
@@ -356,6 +363,12 @@ def _sim_release_limit() -> str | None:
     return sim.torch_too_old()
 
 
+def _sim_limit_of_release(release: str) -> str | None:
+    from . import sim
+
+    return sim.too_old(release)
+
+
 def _sim_prepare() -> str | None:
     from . import sim
 
@@ -438,6 +451,7 @@ SIM = Device(
     by_name_only=True,
     prepare=_sim_prepare,
     release_limit=_sim_release_limit,
+    limit_of_release=_sim_limit_of_release,
     loaded=_sim_loaded,
     simulated=True,
     pinning=True,
@@ -479,6 +493,14 @@ def accelerators(unavailable: Mapping[str, str]) -> tuple[str, ...]:
 def accelerator_present() -> bool:
     """A device that pinned memory serves is usable here (promise 11 is not applicable then)."""
     return bool(accelerators(unavailable()))
+
+
+def release_limit(device: str, release: Any) -> str | None:
+    """Why a cell of torch `release` (its environment's torch) cannot test `device` at all (sim before
+    torch 2.8), read from the registry without importing torch; None: it can, or either is unknown."""
+    if device not in REGISTRY or not isinstance(release, str):
+        return None
+    return REGISTRY[device].limit_of_release(release)
 
 
 def accelerators_in(environment: Mapping[str, Any]) -> tuple[str, ...]:

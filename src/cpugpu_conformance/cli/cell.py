@@ -5,7 +5,8 @@ What ``nox -t torch-RELEASE`` does, without nox: make the cell's environment (uv
 matrix's Python; reused when it is there), install the release's torch, its NumPy and the
 project, check it got that torch, run the suite and write results/<cell>.json and .log
 (cells.install_and_run). Exit 0 when the cell is clean, 1 when it is not (failed,
-untested, not installed, crashed, ...), 2 for bad input (a release or device the matrix
+untested, not installed, crashed, ...; not applicable too: a sim cell of a torch before 2.8
+proves nothing, though a matrix counts it neither for nor against), 2 for bad input (a release or device the matrix
 does not have, an option the cell sets itself among the pytest arguments, a result file
 another run is writing, a results folder it cannot write), 129, 130 or 143 when SIGHUP,
 SIGINT or SIGTERM stopped it (recorded as interrupted).

@@ -11,8 +11,9 @@ stops every running cell, each recording itself as interrupted, and starts no ot
 run ends with the summary table of the cells it ran. Only a result file this run wrote
 answers for a cell: one the cell command left as it was (it refused to start, or could not
 write there) is "no answer written this run", never an earlier run's verdict. A closed
-output (``| head``) stops the printing, never a cell. Exit 0 only when every cell was clean;
-1 otherwise; 2 for bad input; 129, 130 or 143 when a signal stopped it. ``--known-failures``:
+output (``| head``) stops the printing, never a cell. Exit 0 only when every cell was clean
+or not applicable (its torch cannot host its device: sim before torch 2.8) and one at least
+was clean (report/summary.passing); 1 otherwise; 2 for bad input; 129, 130 or 143 when a signal stopped it. ``--known-failures``:
 the team's file, checked once before any cell starts and handed to every cell (``cell
 --known-failures``).
 """
@@ -216,5 +217,5 @@ def report(outcome: parallel.ParallelOutcome, results_dir: Path, unanswered: dic
     if outcome.signum is not None:
         return common.interrupted_exit(outcome.signum)
     odd = [d.name for d in outcome.finished if d.returncode not in (0, 1)]
-    return 0 if rows and all(r.clean for r in rows) and not odd and not outcome.not_started else 1
+    return 0 if rows and summary.passing(rows) and not odd and not outcome.not_started else 1
 

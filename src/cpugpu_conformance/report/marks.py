@@ -88,11 +88,17 @@ ANSWERS: dict[str, MarkStyle] = {
     "waived": MarkStyle(
         "\u2298", "WAIVED", "no check failed, but the team opted out of a promise it was asked about: not clean"
     ),
+    "not_applicable": MarkStyle(
+        "\u2013", "NOT APPLICABLE",  # –
+        "the cell's torch cannot host the device it asked for (sim before torch 2.8): nothing to test, neither a "
+        "pass nor a failure",
+    ),
     **{status: MARKS[status] for status in CELL_STATUSES if status != "completed"},
 }
 
 # The answers a device's summary can give (view.device_answer), worst first.
-ANSWER_ORDER = ("failed", "untested", "known_failure", "waived", "passed")
+# not_applicable last: a release that cannot host the device says nothing against the others.
+ANSWER_ORDER = ("failed", "untested", "known_failure", "waived", "passed", "not_applicable")
 
 # Fail at import, not in a published report, if the results model grows a kind without a mark.
 _unmarked = (set(CELL_STATUSES) - {"completed"} | set(VERDICT_KINDS) | set(NOT_ASKED_KINDS)) - set(MARKS)

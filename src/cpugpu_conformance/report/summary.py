@@ -1,6 +1,8 @@
 """The summary table: one row per cell, as results.CellResult.answer() decides it, and the
 line that says how many cells are clean (``cpugpu-conformance summary``, the end of a
-matrix run, nox's sessions).
+matrix run, nox's sessions). A cell that is not applicable (its torch cannot host the device
+it asked for: sim before torch 2.8) is its own row, counted apart: neither clean nor failed
+(``passing``).
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ class Row:
     cell: str
     torch: str
     device: str
-    answer: str  # passed, failed, untested, a status that is not completed, no_result or unreadable
+    answer: str  # passed, failed, untested, not_applicable, a status that is not completed, no_result or unreadable
     counts: dict[str, int]  # promise x device outcomes of a completed cell; empty otherwise
     duration_s: float | None
     clean: bool
     why: str | None = None  # the first reason the cell is not clean
     word: str | None = None  # the answer as results.rule.answer_word says it (a clean cell with no pass is no "passed")
+
+    @property
+    def not_applicable(self) -> bool:
+        """Its torch cannot host the device it asked for (sim before torch 2.8): no pass, no failure."""
+        return self.answer == "not_applicable"
 
     @property
     def mark(self) -> str:
@@ -107,7 +114,16 @@ def format_summary(rows: list[Row]) -> str:
     lines = ["  ".join(str(v).ljust(w) if i < 4 else str(v).rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
              for line in [header, *body]]
     lines += [f"{results.one_line(r.cell, 200)}: {results.one_line(r.why)}" for r in rows if not r.clean and r.why]
-    bad = sum(not r.clean for r in rows)
-    lines.append(f"{len(rows)} cells, {len(rows) - bad} clean, {bad} not (counts are promise x device outcomes)")
+    clean, na = sum(r.clean for r in rows), sum(r.not_applicable for r in rows)
+    bad = len(rows) - clean - na
+    shown = f"{na} not applicable (neither a pass nor a failure), " if na else ""
+    lines.append(f"{len(rows)} cells, {clean} clean, {shown}{bad} not (counts are promise x device outcomes)")
     return "\n".join(lines)
+
+
+def passing(rows: list[Row]) -> bool:
+    """The answer of a set of cells: every cell clean or not applicable, and at least one clean. A cell
+    whose torch cannot host its device (sim before 2.8) counts as a promise does on a device it is not
+    about: neither for nor against; cells that are all not applicable have proved nothing."""
+    return any(r.clean for r in rows) and all(r.clean or r.not_applicable for r in rows)
 

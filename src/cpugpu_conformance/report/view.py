@@ -26,6 +26,7 @@ from ..results import (  # noqa: F401  (CellResult, promise_order, release_key: 
     observation_text,
     promise_order,
     release_key,
+    rule,
 )
 from .cells import (  # noqa: F401  (the matrix's cells and columns; re-exported, this was their home)
     NO_DEVICE,
@@ -114,6 +115,11 @@ class DeviceAnswer:
         return self.kind == "passed"
 
     @property
+    def not_applicable(self) -> bool:
+        """The cell's torch cannot host the device (sim before torch 2.8): neither a pass nor a failure."""
+        return self.kind == "not_applicable"
+
+    @property
     def style(self) -> MarkStyle:
         return ANSWERS[self.kind]
 
@@ -132,6 +138,9 @@ def device_answer(cell: ReportedCell, device: str) -> DeviceAnswer:
     answer = cell.result.answer()
     if not cell.completed:
         return DeviceAnswer(answer.kind, answer.lines)
+    limit = rule.release_limit(cell.result, device)
+    if limit is not None:  # the cell's torch cannot host the device (sim before 2.8): nothing to hold against it
+        return DeviceAnswer("not_applicable", (limit,))
     devices = cell.devices()
     here = _kinds_on(cell, device)
     anywhere = set().union(*(_kinds_on(cell, d) for d in devices))
@@ -141,7 +150,7 @@ def device_answer(cell: ReportedCell, device: str) -> DeviceAnswer:
     lines = tuple(line for line in answer.lines if f" on {device}: " in line) + untied
     if "failed" in here or (answer.kind == "failed" and (untied or "failed" not in anywhere)):
         return DeviceAnswer("failed", lines)
-    for kind in ANSWER_ORDER[1:-1]:
+    for kind in ANSWER_ORDER[1:ANSWER_ORDER.index("passed")]:
         # a kind the cell's answer gives with no mark of it on any device: not about one device
         if kind in here or (answer.kind == kind and kind not in anywhere):
             return DeviceAnswer(kind, lines)
@@ -169,23 +178,24 @@ class DeviceSummary:
 
     @property
     def releases(self) -> list[str]:
-        """The releases with a row on this device, newest first."""
-        return list(dict.fromkeys(col.release for col, _ in self.rows))
+        """The releases with a row on this device, newest first; a release whose every row is not applicable
+        (its torch cannot host the device) is none of them: it neither conforms nor fails."""
+        return list(dict.fromkeys(col.release for col, answer in self.rows if not answer.not_applicable))
 
     @property
     def conforming(self) -> list[str]:
         """The releases where every row on this device conforms (a release with two cells needs both)."""
-        failing = {col.release for col, answer in self.rows if not answer.conforms}
+        failing = {col.release for col, answer in self.rows if not answer.conforms and not answer.not_applicable}
         return [r for r in self.releases if r not in failing]
 
     @property
     def newest(self) -> list[tuple[Column, DeviceAnswer]]:
         """The rows of the newest release on this device: the answer a gate asks for."""
-        return [(col, answer) for col, answer in self.rows if col.release == self.releases[0]] if self.rows else []
+        return [(col, answer) for col, answer in self.rows if col.release == self.releases[0]] if self.releases else []
 
     @property
     def not_conforming(self) -> list[tuple[Column, DeviceAnswer]]:
-        return [(col, answer) for col, answer in self.rows if not answer.conforms]
+        return [(col, answer) for col, answer in self.rows if not answer.conforms and not answer.not_applicable]
 
 
 def device_summaries(cells: list[ReportedCell]) -> list[DeviceSummary]:

@@ -9,6 +9,10 @@
 - ``answer(result)``: a cell is clean only when it completed and every promise on every
   device it was asked to test passed, was recorded or is a known failure, and no listed
   known failure passed (a stale entry fails the cell until it is removed, as xfail_strict).
+- ``release_limit(result, device)``: a device the cell's torch cannot host at all (sim before
+  torch 2.8, devices.release_limit) is not applicable in that cell, with why, as a promise is
+  on a device it is not about: never untested, never a pass. A cell whose every asked device is
+  so answers ``not_applicable``: not clean (it proved nothing), not failed either.
 
 ``CellResult.outcome()`` and ``CellResult.answer()`` are these functions. The rule reads a
 result through ``Result`` below, the little of a cell result it needs, so it stands below
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..devices import accelerators_in
+from ..devices import release_limit as registry_release_limit
 from ..promises import APPLIES_TO, RECORDED_ONLY, applies, not_applicable
 from .text import first_line, last_line
 
@@ -92,8 +97,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Answer:
-    """A cell's answer: ``kind`` is passed, failed, untested or the status of a cell that
-    did not complete; only passed is clean. ``lines`` say why it is not."""
+    """A cell's answer: ``kind`` is passed, failed, untested, not_applicable (every device asked for is
+    one its torch cannot host: neither a pass nor a failure) or the status of a cell that did not
+    complete; only passed is clean. ``lines`` say why it is not."""
 
     kind: str
     lines: tuple[str, ...] = ()
@@ -102,6 +108,11 @@ class Answer:
     @property
     def clean(self) -> bool:
         return self.kind == "passed"
+
+    @property
+    def not_applicable(self) -> bool:
+        """Nothing the cell was asked about can be tested with its torch: no pass, and no failure."""
+        return self.kind == "not_applicable"
 
 
 def outcome(result: Result, promise: str, device: str) -> Outcome:
@@ -119,7 +130,13 @@ def outcome(result: Result, promise: str, device: str) -> Outcome:
     # Before the device's skip: a promise left out by --promise is not untested on a missing device.
     if chosen is not None and promise not in chosen:
         return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
-    if dev.get("status") == "skipped":
+    if dev.get("status") in ("skipped", "not_applicable"):
+        limit = release_limit(result, device)
+        if limit is not None:
+            return Outcome("not_applicable", limit)
+        if dev.get("status") == "not_applicable":
+            return Outcome("untested", f"the result calls {device} not applicable on torch "
+                                       f"{result.environment.get('torch')}; the contract does not")
         return Outcome("untested", dev.get("reason") or f"{device} was skipped")
     if entry is not None and entry.get("verdict") == "not_requested":
         return Outcome("not_requested", entry.get("reason") or "not selected (--promise)")
@@ -146,6 +163,21 @@ def outcome(result: Result, promise: str, device: str) -> Outcome:
             return Outcome("not_applicable", why)
         return Outcome("untested", f"the result calls promise {promise} not applicable on {device}; the contract does not")
     return Outcome("untested", entry.get("reason") or "skipped")
+
+
+def release_limit(result: Result, device: str) -> str | None:
+    """Why ``device`` is not applicable in this cell: the torch it ran cannot host the device at all
+    (sim before torch 2.8). Only for a completed cell that asked for the device and did not test it
+    (skipped, or not_applicable); the why is the writer's own where it gave one. None otherwise: a
+    device the cell tested keeps its verdicts, whatever its torch."""
+    dev = result.device_entry(device)
+    if not result.completed or dev is None or dev.get("status") not in ("skipped", "not_applicable"):
+        return None
+    why = registry_release_limit(device, result.environment.get("torch"))
+    if why is None:
+        return None
+    reason = dev.get("reason")
+    return first_line(reason) if isinstance(reason, str) and reason.strip() else why
 
 
 def outcomes(result: Result) -> Iterator[tuple[str, str, Outcome]]:
@@ -193,7 +225,13 @@ def answer(result: Result) -> Answer:
         untested.append("no device was asked for")
     if failed:
         return Answer("failed", tuple(failed + untested), counts)
-    if untested or not (counts["passed"] + counts["recorded"] + counts["known_failure"] + state_passed):
+    held = counts["passed"] + counts["recorded"] + counts["known_failure"] + state_passed
+    limits = {d: why for d in result.asked_devices() if (why := release_limit(result, d)) is not None}
+    if not untested and not held and limits and set(limits) == set(result.asked_devices()):
+        # As a promise on a device it is not about: nothing to test, which is neither a pass nor a gap.
+        return Answer("not_applicable", tuple(why if why.startswith(f"{d}:") else f"{d}: {why}"
+                                              for d, why in limits.items()), counts)
+    if untested or not held:
         return Answer("untested", tuple(untested) or ("no check of any promise ran",), counts)
     return Answer("passed", (), counts)
 
@@ -202,8 +240,8 @@ def describe(result: Result) -> str:
     """One line for logs and the summary: the answer and its counts. A clean answer in which no
     check passed (every asked pair a known failure) is never called passed."""
     a = answer(result)
-    if not result.completed:
-        return a.lines[0]
+    if not result.completed or a.kind == "not_applicable":
+        return a.lines[0] if a.kind != "not_applicable" else f"NOT APPLICABLE ({'; '.join(a.lines)})"
     c = a.counts
     states = _state_classes(result)
     word = answer_word(a, sum(1 for kind in states if kind == "passed"))

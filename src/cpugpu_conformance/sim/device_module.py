@@ -23,6 +23,11 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+def _lazy_init() -> None:
+    """Nothing to initialize. torch 2.8 to 2.10 (at least) count a PrivateUse1 backend initialized only once
+    its module's _lazy_init has run, and until then make torch.accelerator.synchronize() a no-op."""
+
+
 def device_count() -> int:
     return DEVICE_COUNT
 
