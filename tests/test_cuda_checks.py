@@ -25,7 +25,6 @@ from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices, promises, results
 from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.testing.shared import caller
 from cpugpu_conformance.testing.buffer.device_promises import (
     allow_sync,
     capture_copy,
@@ -36,7 +35,7 @@ from cpugpu_conformance.testing.buffer.device_promises import (
     idle,
     stall,
 )
-from cpugpu_conformance.testing.shared import contexts, helpers
+from cpugpu_conformance.testing.shared import caller, contexts, helpers
 from cpugpu_conformance.testing.shared.checks import COPY_METHODS
 from cpugpu_conformance.testing.shared.reproducer import Name
 from cpugpu_conformance.testing.verdict import judge, plan, recording
