@@ -106,7 +106,7 @@ def test_a_torch_too_old_is_told_in_one_line(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch, "__version__", "2.5.1")
-    assert sim.refusal() == ("sim: torch 2.5.1 is older than 2.6, whose PrivateUse1 API and torch.accelerator the "
+    assert sim.refusal() == ("sim: torch 2.5.1 is older than 2.8, whose PrivateUse1 API and torch.accelerator the "
                              "simulated device needs")
 
 
