@@ -144,6 +144,12 @@ def test_not_applicable_cells_count_neither_for_nor_against(tmp_path, capsys):
     assert "2 cells, 1 clean, 1 not applicable" in out and "NOT APPLICABLE" in out, out
     rf.write(folder, "torch-2.13.0-cpu.json", rf.completed("2.13.0", failed={("3", "cpu"): [rf.failure("t", "m", None)]}))
     assert main(["summary", str(folder)]) == 1
+    # The same rule answers for matrix's exit code (cli/matrix.py): nothing at all is no pass either.
+    from cpugpu_conformance.report import summary
+
+    rows = summary.summarize(folder)
+    assert not summary.passing(rows) and not summary.passing([])
+    assert summary.passing([r for r in rows if r.device == "sim"])
 
 
 def test_the_report_page_badge_and_compat_json_show_a_not_applicable_sim_cell(tmp_path):

@@ -130,13 +130,10 @@ def outcome(result: Result, promise: str, device: str) -> Outcome:
     # Before the device's skip: a promise left out by --promise is not untested on a missing device.
     if chosen is not None and promise not in chosen:
         return Outcome("not_requested", (entry or {}).get("reason") or "not selected (--promise)")
-    if dev.get("status") in ("skipped", "not_applicable"):
+    if dev.get("status") == "skipped":
         limit = release_limit(result, device)
         if limit is not None:
             return Outcome("not_applicable", limit)
-        if dev.get("status") == "not_applicable":
-            return Outcome("untested", f"the result calls {device} not applicable on torch "
-                                       f"{result.environment.get('torch')}; the contract does not")
         return Outcome("untested", dev.get("reason") or f"{device} was skipped")
     if entry is not None and entry.get("verdict") == "not_requested":
         return Outcome("not_requested", entry.get("reason") or "not selected (--promise)")
@@ -167,11 +164,11 @@ def outcome(result: Result, promise: str, device: str) -> Outcome:
 
 def release_limit(result: Result, device: str) -> str | None:
     """Why ``device`` is not applicable in this cell: the torch it ran cannot host the device at all
-    (sim before torch 2.8). Only for a completed cell that asked for the device and did not test it
-    (skipped, or not_applicable); the why is the writer's own where it gave one. None otherwise: a
+    (sim before torch 2.8). Only for a completed cell that asked for the device and skipped it; the
+    why is the writer's own where it gave one. None otherwise: a
     device the cell tested keeps its verdicts, whatever its torch."""
     dev = result.device_entry(device)
-    if not result.completed or dev is None or dev.get("status") not in ("skipped", "not_applicable"):
+    if not result.completed or dev is None or dev.get("status") != "skipped":
         return None
     why = registry_release_limit(device, result.environment.get("torch"))
     if why is None:
@@ -240,8 +237,10 @@ def describe(result: Result) -> str:
     """One line for logs and the summary: the answer and its counts. A clean answer in which no
     check passed (every asked pair a known failure) is never called passed."""
     a = answer(result)
-    if not result.completed or a.kind == "not_applicable":
-        return a.lines[0] if a.kind != "not_applicable" else f"NOT APPLICABLE ({'; '.join(a.lines)})"
+    if a.kind == "not_applicable":
+        return f"NOT APPLICABLE ({'; '.join(a.lines)})"
+    if not result.completed:
+        return a.lines[0]
     c = a.counts
     states = _state_classes(result)
     word = answer_word(a, sum(1 for kind in states if kind == "passed"))
