@@ -80,3 +80,20 @@ def test_the_suite_refuses_a_class_whose_import_replaces_cuda_synchronize(tmp_pa
     assert run.cell.status == "error" and "torch.cuda.synchronize (now " in run.cell.detail, run.cell.detail
     assert "replacing_impl.stand_in)" in run.cell.detail, run.cell.detail
     assert "torch is not torch's own" in run.stderr, run.stderr[-2000:]
+
+
+def test_a_cache_torch_puts_on_its_own_function_is_still_torchs_own(monkeypatch):
+    """torch before 2.4 wraps torch.cuda.device_count in functools.lru_cache: the wrapper is no function of
+    a torch file, and the whole matrix's 2.0-2.3 cells were errors ("not torch's own") until it counted as
+    torch's when what it wraps is. A cache around someone else's function is still named."""
+    import functools
+
+    assert "torch.cuda.device_count" in impl.TORCH_NAMES
+    monkeypatch.setattr(torch.cuda, "device_count", functools.lru_cache(maxsize=1)(torch.cuda.device_count))
+    assert impl.not_torchs_own() == []
+
+    def device_count() -> int:
+        return 0
+
+    monkeypatch.setattr(torch.cuda, "device_count", functools.lru_cache(maxsize=1)(device_count))
+    assert [line.split(" ")[0] for line in impl.not_torchs_own()] == ["torch.cuda.device_count"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -130,6 +131,10 @@ def not_torchs_own() -> list[str]:
 def _made_by_torch(obj: Any, attr: str, home: Path) -> bool:
     if getattr(obj, "__name__", None) != attr:
         return False
+    if isinstance(obj, functools._lru_cache_wrapper):
+        # torch before 2.4 caches some of its own functions (torch.cuda.device_count): the cache is
+        # torch's own when the function it wraps is.
+        return _made_by_torch(obj.__wrapped__, attr, home)
     owner = getattr(obj, "__objclass__", None)  # a method of a C type (Tensor.copy_)
     if owner is not None:
         return owner.__name__ == "TensorBase" and str(getattr(owner, "__module__", "")).startswith("torch")
