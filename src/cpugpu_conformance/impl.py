@@ -137,7 +137,8 @@ def _made_by_torch(obj: Any, attr: str, home: Path) -> bool:
         return _made_by_torch(obj.__wrapped__, attr, home)
     owner = getattr(obj, "__objclass__", None)  # a method of a C type (Tensor.copy_)
     if owner is not None:
-        return owner.__name__ == "TensorBase" and str(getattr(owner, "__module__", "")).startswith("torch")
+        # TensorBase; _TensorBase before torch 2.3
+        return owner.__name__ in ("TensorBase", "_TensorBase") and str(getattr(owner, "__module__", "")).startswith("torch")
     if inspect.isbuiltin(obj):
         return str(getattr(obj, "__module__", "") or "").split(".")[0] == "torch"
     try:
