@@ -97,3 +97,16 @@ def test_a_cache_torch_puts_on_its_own_function_is_still_torchs_own(monkeypatch)
 
     monkeypatch.setattr(torch.cuda, "device_count", functools.lru_cache(maxsize=1)(device_count))
     assert [line.split(" ")[0] for line in impl.not_torchs_own()] == ["torch.cuda.device_count"]
+
+
+def test_a_tensor_method_of_torchs_older_base_class_is_torchs_own():
+    """Before torch 2.3 Tensor's C methods belong to torch._C._TensorBase: the 2.0-2.2 cells read every
+    one of them as replaced until that name counted. Another C type's method of the same name does not."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    home = Path(torch.__file__).resolve().parent
+    older = type("_TensorBase", (), {"__module__": "torch._C"})
+    assert impl._made_by_torch(SimpleNamespace(__name__="copy_", __objclass__=older), "copy_", home)
+    foreign = type("_TensorBase", (), {"__module__": "mylib"})
+    assert not impl._made_by_torch(SimpleNamespace(__name__="copy_", __objclass__=foreign), "copy_", home)
