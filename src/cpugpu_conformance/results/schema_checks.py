@@ -12,7 +12,7 @@ from typing import Any
 
 from ..promises import APPLIES_TO, DEVICES, PROMISES, applies
 from .files import RESULT_SCHEMA_ID, ResultFileError
-from .text import clean_text, one_line
+from .text import clean_text, json_kind, one_line
 
 SCHEMA_ID = RESULT_SCHEMA_ID  # files.py: the writers replace only a file that says it is one
 SCHEMA_VERSION = 2
@@ -94,18 +94,11 @@ def validate(data: Any, source: str = "<result>") -> dict[str, Any]:
     return data
 
 
+_JSON_WORDS = {"null": "null", "boolean": "a boolean", "number": "a number", "string": "a string", "array": "an array"}
+
+
 def _json_kind(value: Any) -> str:
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if value is None:
-        return "null"
-    return f"a {type(value).__name__}"
+    return _JSON_WORDS.get(json_kind(value) or "") or f"a {type(value).__name__}"
 
 
 def _check_applicable(data: dict[str, Any], source: str) -> None:

@@ -2,7 +2,8 @@
 a length a report can show (a result file is input from another machine).
 
 Also the one-line helpers every command uses on such text: ``one_line`` for a table cell or
-a message, ``first_line`` / ``last_line`` for the line of a long text that says the most.
+a message, ``first_line`` / ``last_line`` for the line of a long text that says the most; and
+``json_kind``, the kind of a parsed value, for a message that names what a file held instead.
 """
 
 from __future__ import annotations
@@ -77,3 +78,23 @@ def last_line(text: Any, limit: int | None = 160, default: str = "") -> str:
     line = lines[-1]
     return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
 
+
+
+def json_kind(value: Any) -> str | None:
+    """JSON's name for the kind of a parsed value (a result file's JSON, a matrix's YAML): "null",
+    "boolean", "number", "string", "array" or "object"; None for a type JSON has not (a YAML date).
+    Each message that names a kind puts it in its own words. A bool is checked before the numbers:
+    to isinstance, True is an int."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return None

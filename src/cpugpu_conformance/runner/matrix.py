@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from cpugpu_conformance.results import ResultFileError, read_regular_file, schema
+from cpugpu_conformance.results.text import json_kind
 
 # The model, which the rest of the package names through this module too (matrices.Matrix).
 from .matrix_model import (
@@ -315,20 +316,12 @@ _JSON_TYPES = {"string": "a string", "number": "a number", "integer": "an intege
                "object": "a mapping", "boolean": "true/false", "null": "null"}
 
 
+# What a value found is called: the words of the type expected, but null said plainly.
+_FOUND_KINDS = {**_JSON_TYPES, "null": "nothing (null)"}
+
+
 def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    return _FOUND_KINDS.get(json_kind(value) or "") or type(value).__name__
 
 
 def _where(parts: Any) -> str:
