@@ -453,11 +453,15 @@ def _view_from_inference_is_inference(torch: Any) -> Any:
 # --------------------------------------------------------------------------- autograd
 
 
-def _leaf_and_inference_tensor(torch: Any) -> tuple[Any, Any]:
-    """x = torch.ones(2, requires_grad=True), and weight = torch.ones(2) made in inference_mode()."""
+def _grad_through_inference_tensor(torch: Any, forward: Callable[[Any, Any], Any]) -> Any:
+    """forward(x, weight).sum().backward() outside the mode, x = torch.ones(2, requires_grad=True),
+    weight = torch.ones(2) made in inference_mode(); x.grad as a list. What the probes below vary is
+    forward: whether it saves the inference tensor for backward."""
     with torch.inference_mode():
         weight = torch.ones(2)
-    return torch.ones(2, requires_grad=True), weight
+    x = torch.ones(2, requires_grad=True)
+    forward(x, weight).sum().backward()
+    return x.grad.tolist()
 
 
 @probe(
@@ -466,9 +470,7 @@ def _leaf_and_inference_tensor(torch: Any) -> tuple[Any, Any]:
     "weight = torch.ones(2) made in inference_mode() (mul saves weight for backward); value is x.grad",
 )
 def _saved_by_mul(torch: Any) -> Any:
-    x, weight = _leaf_and_inference_tensor(torch)
-    (x * weight).sum().backward()
-    return x.grad.tolist()
+    return _grad_through_inference_tensor(torch, lambda x, weight: x * weight)
 
 
 @probe(
@@ -488,9 +490,7 @@ def _saved_by_function(torch: Any) -> Any:
             (weight,) = ctx.saved_tensors
             return grad * weight, None
 
-    x, weight = _leaf_and_inference_tensor(torch)
-    Scale.apply(x, weight).sum().backward()
-    return x.grad.tolist()
+    return _grad_through_inference_tensor(torch, Scale.apply)
 
 
 @probe(
@@ -499,9 +499,7 @@ def _saved_by_function(torch: Any) -> Any:
     "(add saves neither input); value is x.grad",
 )
 def _unsaved_by_add(torch: Any) -> Any:
-    x, weight = _leaf_and_inference_tensor(torch)
-    (x + weight).sum().backward()
-    return x.grad.tolist()
+    return _grad_through_inference_tensor(torch, lambda x, weight: x + weight)
 
 
 # --------------------------------------------------------------------------- version counter
