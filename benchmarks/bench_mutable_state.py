@@ -22,11 +22,8 @@ for reading (tests/ check that the walk ends, never how fast).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
+from timing import median_seconds  # noqa: E402  (beside this script)
 
 from cpugpu_conformance.testing.engine.mutable_state import check_state  # noqa: E402
 from cpugpu_conformance.testing.engine.walk import walk  # noqa: E402
@@ -62,15 +60,6 @@ def engine_state(tensors: list[torch.Tensor]) -> Any:
     return state
 
 
-def median_time(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, default=10_000, help="tensors in the object (default 10000)")
@@ -89,14 +78,14 @@ def main() -> int:
     checked = check_state(state, max_depth=2 * args.tensors + 10)
     assert checked.ok and checked.checked == args.tensors, checked.lines()
 
-    create = median_time(lambda: make_tensors(args.tensors), args.repeat)
+    create = median_seconds(lambda: make_tensors(args.tensors), args.repeat)
     rows = [("create", create)]
-    rows.append(("walk", median_time(lambda: walk(state, max_depth=2 * args.tensors + 10), args.repeat)))
-    rows.append(("check", median_time(lambda: check_state(state, max_depth=2 * args.tensors + 10), args.repeat)))
+    rows.append(("walk", median_seconds(lambda: walk(state, max_depth=2 * args.tensors + 10), args.repeat)))
+    rows.append(("check", median_seconds(lambda: check_state(state, max_depth=2 * args.tensors + 10), args.repeat)))
     elements = args.big_mib * (1 << 18)  # float32: 2**18 elements a MiB
     big = types.SimpleNamespace(kv=torch.zeros(elements))
-    create_big = median_time(lambda: torch.zeros(elements), args.repeat)
-    check_big = median_time(lambda: check_state(big), args.repeat)
+    create_big = median_seconds(lambda: torch.zeros(elements), args.repeat)
+    check_big = median_seconds(lambda: check_state(big), args.repeat)
 
     print(f"torch {torch.__version__}, {args.tensors} tensors (plus {args.tensors} tensor-free records), "
           f"median of {args.repeat}")

@@ -20,17 +20,16 @@ checks that a second report of the same results, into another folder, has the sa
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import result_factory as rf  # noqa: E402  (the tests' own builder of v2 result files)
+from timing import median_seconds  # noqa: E402  (beside this script)
 
 from cpugpu_conformance import observe  # noqa: E402
 from cpugpu_conformance.report import render as report  # noqa: E402
@@ -80,15 +79,6 @@ def build_matrix(folder: Path) -> tuple[Path, Path]:
             failed = {(p, "cpu"): [rf.failure(f"test_promise_{p}", MESSAGE, REPRODUCER)] for p in ("3", "5", "9")}
         rf.write(folder, name, rf.completed(release, cuda=release in CUDA, failed=failed, observations=observations(i)))
     return folder / "torch-2.13.0.json", folder / "torch-2.14.1.json"
-
-
-def median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def command(args: list[str], ok: tuple[int, ...] = (0,)):
