@@ -16,6 +16,10 @@ against a class; `strategies` draws what the tests draw. `MutableStateTests` and
 builds: every tensor reachable from it, by attribute path. The names are imported on first
 use, so that enabling the plugin (which imports this package) does not fix the hypothesis
 settings of the tests before the project's conftest.py has loaded its own profile.
+
+pytest loads the package as a plugin, so it would rewrite the asserts of every module here. The
+modules whose asserts say what broke themselves, or whose functions go into reproducers as they
+are written, say PYTEST_DONT_REWRITE in their docstrings instead, each pointing here for why.
 """
 
 from __future__ import annotations

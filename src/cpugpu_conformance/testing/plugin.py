@@ -22,8 +22,7 @@ elsewhere it is deselected, never skipped.
 The shipped suite (conformance/) is one subclass; its conftest.py adds --impl and the old
 spellings, and asks for the suite's own exit status (SUITE_EXIT) on every run.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ caller's current stream), queue a long job there, capture work without running i
 hidden synchronize come from the registry, devices.py, written over torch's device-generic
 API where torch has it; a check the machine cannot make is skipped with the reason.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ even when an earlier one of the same size was written, or was dropped (a pooling
 caching allocator must hand out distinct, zeroed memory). `make()` builds a buffer of the
 `size` and `dtype` bound at the time, so the reproducer reads as the sequence that failed.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

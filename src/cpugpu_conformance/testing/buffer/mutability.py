@@ -4,8 +4,7 @@ The refusal of an in-place update to an inference tensor comes *after* the write
 these tests check that no exception is raised and that `is_inference()` is False; they
 never infer mutability from contents.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Promises 5, 6 and 7: a true NumPy view, the bfloat16 path, no silent wrong views.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

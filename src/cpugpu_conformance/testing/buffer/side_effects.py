@@ -10,8 +10,7 @@ from the registry, devices.py. A context that is the plain one on this machine (
 CUDA device made current, with one device) cannot show what it is there for: its test is
 skipped with the reason, untested, never passed.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

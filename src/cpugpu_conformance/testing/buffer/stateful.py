@@ -7,8 +7,7 @@ caller captured at construction must still be the buffer's (promises 3, 5, 8 and
     from hypothesis.stateful import run_state_machine_as_test
     run_state_machine_as_test(BufferStateMachine.for_class(OurBuffer, device="cpu"))
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

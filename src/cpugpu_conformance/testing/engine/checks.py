@@ -14,8 +14,7 @@ a view that requires grad and was made in inference mode or under ``no_grad()`` 
 in grad mode, where torch refuses it ("A view was created in inference mode and is being
 modified inplace in normal mode") before it writes anything.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ force when the area modules are imported: the user's own, or one the plugin regi
 imports the library after its conftest.py loaded a profile gets that profile, as with any
 ``@settings``; hypothesis's ``--hypothesis-profile`` is loaded before collection.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The caller's state: what the caller's code depends on and a buffer (promise 12) or an engine
 object (MutableStateTests) must leave as it found it. Both kinds of test read it here.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the functions go into reproducers as
-they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ checked the same way at every size. Every check is vectorized (whole-tensor byte
 through NumPy), so a buffer of millions of elements costs milliseconds. Each is written into
 reproducers as it is (reproducer.py): it uses torch, numpy and helpers.py only.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ without a result file (exit_status.py), and its last lines (last_lines.py) say i
 in it until the run's own answer replaces it, so a run that dies never leaves an older pass
 behind.
 
-PYTEST_DONT_REWRITE (pytest loads the package as a plugin): the asserts say what broke themselves,
-and the functions go into reproducers as they are written.
+PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 """
 
 from __future__ import annotations
