@@ -19,30 +19,11 @@ from pathlib import Path
 import pytest
 import result_factory as rf
 from suite_runner import outside_env
+from third_party import SEED_STATES
 
 from cpugpu_conformance.cli.dispatch import main
 
-STATES = '''
-import torch
-
-from cpugpu_conformance.testing import MutableStateTests
-
-
-class Lazy:
-    """A workspace allocated at warm-up, in whatever mode the caller is in: the seed's bug."""
-
-    def __init__(self, device):
-        self.device, self.workspace = device, None
-
-    def warm_up(self):
-        self.workspace = torch.zeros(4, device=self.device, dtype=torch.float32)
-
-
-class Fixed(Lazy):
-    def warm_up(self):
-        with torch.inference_mode(False):  # and the dtype and device named: no default moves it
-            self.workspace = torch.zeros(4, device=self.device, dtype=torch.float32)
-
+STATES = SEED_STATES + '''
 
 class TestEngine(MutableStateTests):
     def make_state(self, device):

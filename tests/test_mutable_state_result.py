@@ -12,33 +12,13 @@ from pathlib import Path
 
 import pytest
 from suite_runner import outside_env
+from third_party import REWRITE_FAILURES, SEED_STATES
 
 from cpugpu_conformance import results
 
 CONFTEST = 'pytest_plugins = ["cpugpu_conformance.testing.plugin"]\n'
 
-STATES = '''
-import pytest
-import torch
-
-from cpugpu_conformance.testing import MutableStateTests
-
-
-class Lazy:
-    """A workspace allocated at warm-up, in whatever mode the caller is in: the seed's bug."""
-
-    def __init__(self, device):
-        self.device, self.workspace = device, None
-
-    def warm_up(self):
-        self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
-
-
-class Fixed(Lazy):
-    def warm_up(self):
-        with torch.inference_mode(False):
-            self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
-
+STATES = SEED_STATES + '''
 
 class OffDevice(Fixed):
     """Fixed for promise 3, but its warm-up makes a tensor without a device: a default device leaks in."""
@@ -56,20 +36,6 @@ class TestState(MutableStateTests):
     def warm_up(self, state):
         state.warm_up()
 {body}'''
-
-REWRITE_FAILURES = '''
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-    return report
-'''
-
 
 def run(tmp_path: Path, *args: str, cls: str = "Fixed", body: str = "", conftest: str = ""):
     (tmp_path / "conftest.py").write_text(CONFTEST + conftest)

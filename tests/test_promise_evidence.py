@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from suite_runner import REPO, outside_env
-from third_party import broken_class_project, run_project
+from third_party import REWRITE_FAILURES, broken_class_project, run_project
 
 BIN = Path(sys.executable).parent
 
@@ -136,18 +136,6 @@ def test_overrides_with_an_empty_body_leave_the_promise_untested(tmp_path):
     assert outcome.kind == "untested", outcome
     whys = {t["why"] for t in entry(ran, "3")["untested_tests"]}
     assert all("override" in why for why in whys), whys
-
-
-REWRITE_FAILURES = '''
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-    return report
-'''
 
 
 def test_a_hook_that_rewrites_failures_to_passes_cannot_make_a_pass(tmp_path):

@@ -90,6 +90,47 @@ ADAPTER = '''
 # project's module, run beside this one instead, must hold.
 FIXED_BUFFERS = "from cpugpu_conformance.reference import CpuGpuBuffer as PreFixCpuGpuBuffer  # noqa: F401\n"
 
+# A hook for a project's conftest that rewrites every failed report as a pass: the trick neither
+# the buffer promises (test_promise_evidence.py) nor a MutableStateTests class
+# (test_mutable_state_result.py) may be talked out of their failures by.
+REWRITE_FAILURES = '''
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+    return report
+'''
+
+# The head of a project's module of state classes: the seed's bug (a workspace allocated at
+# warm-up in the caller's mode) and its fix, for the MutableStateTests runs of
+# test_mutable_state_result.py and test_gate_mutable_state.py; each adds its own test class.
+SEED_STATES = '''
+import torch
+
+from cpugpu_conformance.testing import MutableStateTests
+
+
+class Lazy:
+    """A workspace allocated at warm-up, in whatever mode the caller is in: the seed's bug."""
+
+    def __init__(self, device):
+        self.device, self.workspace = device, None
+
+    def warm_up(self):
+        self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
+
+
+class Fixed(Lazy):
+    def warm_up(self):
+        with torch.inference_mode(False):  # and the dtype and device named: no default moves it
+            self.workspace = torch.zeros(4, dtype=torch.float32, device=self.device)
+'''
+
 
 def contract_module(cls_name: str, buffer: str, body: str = "", imports: str = "from ourbuffers import {buffer}") -> str:
     """A test module with one subclass of BufferContractTests against ``buffer``."""
