@@ -59,6 +59,15 @@ def spec(tmp_path: Path, *, release: Release | None = None, limit: float = 60, d
                     results_dir=tmp_path / "results", project_dir=ROOT)
 
 
+def unreleased_matrix(tmp_path: Path, rest: str) -> Path:
+    """tmp_path/matrix.yaml for this interpreter's Python, comparing releases that do not exist (98.0.0
+    against 99.0.0), with ``rest`` (its other keys) after: the head the matrix and nox tests share."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(f'python: "{sys.version_info.major}.{sys.version_info.minor}"\n'
+                    'baseline: "98.0.0"\ncandidates: ["99.0.0"]\n' + rest)
+    return path
+
+
 # Writes a completed result where the suite would (argv: conformance --cell-result PATH --cell-name NAME ...):
 # promise 1 asked for (--promise 1) and checked on cpu, with the given verdict.
 WRITE_RESULT = """\

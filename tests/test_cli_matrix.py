@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import result_factory as rf
+from cell_helpers import unreleased_matrix
 
 from cpugpu_conformance import results
 from cpugpu_conformance.cli import ExitCode
@@ -39,16 +39,7 @@ def write_matrix(tmp_path: Path, torch: str = '[{version: "98.0.0"}, {version: "
                  extra: str = "") -> Path:
     """A matrix whose releases do not exist; offline, from an empty wheel folder: nothing is downloaded."""
     (tmp_path / "wheels").mkdir(exist_ok=True)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        python: "{PYTHON}"
-        baseline: "98.0.0"
-        candidates: ["99.0.0"]
-        find_links: wheels
-        offline: true
-        torch: {torch}
-        """) + extra)
-    return path
+    return unreleased_matrix(tmp_path, f"find_links: wheels\noffline: true\ntorch: {torch}\n" + extra)
 
 
 def one_error(capsys, command: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import result_factory as rf
-from cell_helpers import fake_python, is_gone, wait_for, writes_result
+from cell_helpers import fake_python, is_gone, unreleased_matrix, wait_for, writes_result
 from test_runner_processes import HELD_SUITE, held_suite_pids
 
 from cpugpu_conformance import results
@@ -50,14 +50,7 @@ def listing(*args: str, matrix: Path | None = None) -> list[dict]:
 
 
 def write_matrix(tmp_path: Path, releases: str, extra: str = "") -> Path:
-    path = tmp_path / "matrix.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        python: "{sys.version_info.major}.{sys.version_info.minor}"
-        baseline: "98.0.0"
-        candidates: ["99.0.0"]
-        hypothesis_profile: ci
-        """) + extra + releases)
-    return path
+    return unreleased_matrix(tmp_path, "hypothesis_profile: ci\n" + extra + releases)
 
 
 def test_one_conformance_session_per_release_with_its_tag() -> None:
