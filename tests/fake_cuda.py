@@ -1,12 +1,14 @@
 """A stand-in for ``torch.cuda`` that logs what a function of the registry asks of it, and models
 what CUDA would do with it.
 
-The registry's CUDA functions (sync, the side-stream context, the refused synchronize, the
-stall, the capture) are what the suite runs on a GPU, and what reproducers hold. Run against
-this on a machine with no GPU (`patch_torch` puts it in torch.cuda's place: each function
-imports torch in its body), they show, in order, which streams they synchronize or make wait
-and which modes they set: the logic is tested on the CPU, the GPU only confirms what CUDA does
-with it.
+It holds only what sim, the simulated accelerator, cannot show: sim runs the device-generic checks for
+real (tests/test_sim_device_checks.py). What stays is CUDA's own: the registry's CUDA hooks, which read
+torch.cuda and torch._C (cuda_sync, which synchronizes only GPUs that have a context; the side-stream
+context over torch.cuda; graph capture, torch 2.0's global mode included), and torch's sync debug mode,
+which refuses a stream's synchronize during the non-blocking check. `patch_torch` puts the fake in
+torch.cuda's place (each function imports torch in its body), and the log shows, in order, which streams
+they synchronize or make wait and which modes they set: the logic is tested on the CPU, the GPU only
+confirms what CUDA does with it.
 
 The model, as far as the checks read it:
 
@@ -31,12 +33,13 @@ import contextlib
 from typing import Any
 
 SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
-# What the registry's functions read of torch.cuda: patch_torch replaces each with the fake's.
-PATCHED = ("device_count", "current_device", "current_stream", "Stream", "stream", "device", "synchronize",
-           "_sleep", "get_sync_debug_mode", "set_sync_debug_mode", "Event", "CUDAGraph")
-# What the registry's device-generic functions read of torch.accelerator (torch 2.6 on): the fake's, too.
-PATCHED_ACCELERATOR = {"current_stream": "current_stream", "current_device_index": "current_device",
-                       "device_index": "device", "device_count": "device_count", "synchronize": "synchronize"}
+# What the registry's functions read of torch.cuda: patch_torch replaces each with the fake's (synchronize too,
+# which cuda_sync must never call: the tests see it in the log).
+PATCHED = ("device_count", "current_stream", "Stream", "stream", "device", "synchronize", "_sleep",
+           "get_sync_debug_mode", "set_sync_debug_mode", "CUDAGraph")
+# What the device-generic code these tests run reads of torch.accelerator (torch 2.6 on): the stall and idle
+# on cuda (accelerator_stall, accelerator_idle) and ForkedStreamBuffer's wait for the caller's stream.
+PATCHED_ACCELERATOR = {"current_stream": "current_stream", "device_index": "device"}
 # torch's own messages (c10/cuda/CUDAFunctions.cpp; cudaGetErrorString of the capture errors).
 REFUSED_SYNC = "called a synchronizing CUDA operation"
 UNJOINED = "CUDA error: capture sequence contains a fork that was not joined to the primary stream"
@@ -91,9 +94,6 @@ class FakeEvent:
         self.cuda.log.append(("event synchronize", self.stream.name))
         self.stream.jobs = [job for job in self.stream.jobs if job not in self.behind]
 
-    def query(self) -> bool:
-        return self.stream is None or not any(job in self.stream.jobs for job in self.behind)
-
 
 class FakeGraph:
     def __init__(self, cuda: FakeCuda) -> None:
@@ -133,9 +133,6 @@ class FakeCuda:
     def has_primary_context(self, index: int) -> bool:
         self.log.append(("has context?", index))
         return index in self.contexts
-
-    def current_device(self) -> int:
-        return self.index
 
     def _index(self, device: Any) -> int:
         """A device index from an int or a torch.device; one with no index is the current device, as in torch."""
@@ -230,6 +227,5 @@ def patch_torch(monkeypatch: Any, cuda: FakeCuda) -> FakeCuda:
     for name, fake in PATCHED_ACCELERATOR.items():
         if hasattr(torch, "accelerator"):
             monkeypatch.setattr(torch.accelerator, name, getattr(cuda, fake))
-    monkeypatch.setattr(torch, "Event", cuda.Event)  # torch.Event(device=...), the device-generic event
     monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", cuda.has_primary_context, raising=False)
     return cuda

@@ -1,10 +1,13 @@
 """The CUDA column's logic, tested on the CPU where it can run, and on a GPU where it cannot.
 
-The registry's CUDA functions run against a logging stand-in for torch.cuda (fake_cuda.py), both
+The registry's CUDA functions (what reads torch.cuda: cuda_sync, the side-stream context, graph
+capture, the sync debug mode) run against a logging stand-in for torch.cuda (fake_cuda.py), both
 as the suite runs them (the library's functions, which import torch in their bodies) and as a
 reproducer defines them (its source, in a namespace of its own); the decisions (how to see a
 copy block, when a check cannot run, where promise 11 applies) are plain functions; what only
-CUDA can show carries ``@pytest.mark.devices("cuda")``.
+CUDA can show carries ``@pytest.mark.devices("cuda")``. The device-generic checks (the stall and
+idle, promise 10's non-blocking and join checks, the variants that wait) run for real on sim, in
+tests/test_sim_device_checks.py.
 """
 
 from __future__ import annotations
@@ -40,11 +43,9 @@ from cpugpu_conformance.testing.shared.checks import COPY_METHODS
 from cpugpu_conformance.testing.shared.reproducer import Name
 from cpugpu_conformance.testing.verdict import judge, plan, recording
 from cpugpu_conformance.variants import (
-    EventWaitingBuffer,
     ForkedStreamBuffer,
     PageableHostBuffer,
     PrivateStreamBuffer,
-    SynchronizingCopiesBuffer,
     ZeroMeansAllBuffer,
 )
 
@@ -66,6 +67,8 @@ def fake_cuda(monkeypatch):
 
 
 # --- sync(): the caller's current stream, on the buffer's device, never the whole device (promise 10)
+# cuda_sync, over torch.cuda and its contexts; sim's, over torch.accelerator, is shown for real in
+# test_sim_device_checks.py.
 
 
 def test_sync_of_the_buffer_s_device_waits_for_its_current_stream_only(fake_cuda, as_run):
@@ -151,6 +154,7 @@ def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
 
 
 # --- the side-stream creation context waits for its stream on leaving (item 5)
+# CUDA's, over torch.cuda; sim's (accelerator_side_stream) is shown for real in test_sim_device_checks.py.
 
 
 def _context(name: str) -> contexts.Context:
@@ -269,27 +273,24 @@ def test_this_torch_can_refuse_a_hidden_synchronize():
 
 
 class _Buf:
-    """A buffer on cuda:`index` whose copy_to_gpu waits for the queued work the way it is told (None: it
-    does not), from the `waits_from`-th call on; it notes the sync debug mode and garbage collection it ran under."""
+    """A buffer on cuda:0 whose copy_to_gpu, from its `from_call`-th call on, raises `raises` or waits for the
+    queued work the way it is told (None: it does not); it notes the sync debug mode each call ran under."""
 
-    def __init__(self, cuda: FakeCuda, waits: str | None = None, raises: str | None = None, index: int = 0,
-                 waits_from: int = 1, waits_until: int | None = None) -> None:
-        self.cuda, self.waits, self.raises = cuda, waits, raises
-        self.waits_from, self.waits_until, self.calls = waits_from, waits_until, 0
-        self.gpu = types.SimpleNamespace(device=torch.device("cuda", index))
+    def __init__(self, cuda: FakeCuda, waits: str | None = None, raises: str | None = None, from_call: int = 1) -> None:
+        self.cuda, self.waits, self.raises, self.from_call, self.calls = cuda, waits, raises, from_call, 0
+        self.gpu = types.SimpleNamespace(device=torch.device("cuda", 0))
         self.cpu = types.SimpleNamespace(is_pinned=lambda: True)
         self.modes_seen: list[int] = []
-        self.collecting: list[bool] = []
 
     def copy_to_gpu(self, n=None):
         self.calls += 1
         self.modes_seen.append(self.cuda.mode)
-        self.collecting.append(gc.isenabled())
         self.cuda.log.append(("copy", self.calls))
+        if self.calls < self.from_call:
+            return
         if self.raises:
             raise RuntimeError(self.raises)
-        if self.waits_from <= self.calls and (self.waits_until is None or self.calls <= self.waits_until):
-            self._wait()
+        self._wait()
 
     def _wait(self):
         stream = self.cuda.current_stream(self.gpu.device)
@@ -305,65 +306,51 @@ class _Buf:
             self.cuda.driver_waits(stream)
 
 
-def _non_blocking(as_run, buf, refuse: bool = True) -> None:
-    as_run(copy_returns_before_queued_work)(buf, "copy_to_gpu", None, CUDA, devices.CUDA.sync_refusal if refuse else None)
+# What sim shows for real (tests/test_sim_device_checks.py): a copy that does not wait passes, warmed up
+# before the stall, with garbage collection off; one that waits fails, whatever way it waits; waiting on the
+# first call only, or on two tries of three, passes; the stall is on the buffer's own device; the variants
+# that wait after each copy fail and the copies that do not pass. What only CUDA has stays here: its sync
+# debug mode, which refuses a stream's synchronize during the checked copy and nothing else.
+
+
+def _non_blocking(as_run, buf) -> None:
+    as_run(copy_returns_before_queued_work)(buf, "copy_to_gpu", None, CUDA, devices.CUDA.sync_refusal)
 
 
 def _sleeps(cuda: FakeCuda) -> list[tuple]:
     return [entry for entry in cuda.log if entry[0] == "sleep"]
 
 
-def test_a_copy_that_does_not_wait_passes_at_the_first_try_and_the_caller_s_state_is_put_back(fake_cuda, as_run):
+def test_synchronizes_are_refused_during_the_checked_copy_only_and_the_caller_s_mode_is_put_back(fake_cuda, as_run):
     cuda = fake_cuda()
     cuda.mode = 1  # whatever the caller had
     buf = _Buf(cuda)
     _non_blocking(as_run, buf)
-    assert cuda.mode == 1 and gc.isenabled()
-    assert buf.modes_seen == [1, 2] and buf.collecting == [True, False]  # the warm-up, then the copy checked
-    copies_and_sleeps = [entry for entry in cuda.log if entry[0] in ("copy", "sleep")]
-    assert copies_and_sleeps == [("copy", 1), ("sleep", 0, 1 << 25), ("copy", 2)]  # warmed up before the stall
+    assert cuda.mode == 1
+    assert buf.modes_seen == [1, 2]  # the warm-up in the caller's mode, then the copy checked (one try) in "error"
 
 
 @pytest.mark.parametrize("waits", ["device", "event", "pageable", "stream"])
-@pytest.mark.parametrize("refuse", [True, False])
-def test_a_copy_that_waits_for_the_queued_work_fails_whatever_way_it_waits(fake_cuda, as_run, waits, refuse):
+def test_with_synchronizes_refused_a_copy_that_waits_fails_whatever_way_it_waits(fake_cuda, as_run, waits):
+    """The one way torch refuses, a stream's synchronize, fails at once, named; the others (a device or event
+    synchronize, a copy into pageable memory) are not refused, and fail on the stall."""
     cuda = fake_cuda()
-    refused = waits == "stream" and refuse  # the one way torch refuses: the second signal names it
+    refused = waits == "stream"  # the second signal names it
     expected = (rf"copy_to_gpu\(None\) synchronized with the device \({REFUSED_SYNC}\)" if refused else
                 r"copy_to_gpu\(None\) returned only once the work queued before it on the caller's stream was done "
                 r"\(3 times out of 3\)")
     with pytest.raises(AssertionError, match=expected):
-        _non_blocking(as_run, _Buf(cuda, waits=waits), refuse)
+        _non_blocking(as_run, _Buf(cuda, waits=waits))
     assert len(_sleeps(cuda)) == (1 if refused else 3)
     assert cuda.mode == 0 and gc.isenabled()
 
 
-def test_a_copy_that_waits_only_on_its_first_call_passes(fake_cuda, as_run):
-    """The first call may wait (CUDA loads a kernel when first used): it is made before any stall."""
+def test_with_synchronizes_refused_another_error_of_the_copy_is_its_own_and_the_mode_is_put_back(fake_cuda, as_run):
     cuda = fake_cuda()
-    _non_blocking(as_run, _Buf(cuda, waits="pageable", waits_until=1))
-    assert len(_sleeps(cuda)) == 1
-
-
-def test_a_copy_found_done_on_two_tries_and_running_on_the_third_passes(fake_cuda, as_run):
-    """A held-up host finds the job done whatever the copy did: only three tries out of three fail it."""
-    cuda = fake_cuda()
-    _non_blocking(as_run, _Buf(cuda, waits="device", waits_until=3))
-    assert len(_sleeps(cuda)) == 3
-
-
-def test_another_error_of_the_copy_is_its_own_and_the_caller_s_state_is_put_back(fake_cuda, as_run):
-    cuda = fake_cuda()
+    buf = _Buf(cuda, raises="out of memory", from_call=2)  # the checked copy raises, in "error" mode
     with pytest.raises(RuntimeError, match="^out of memory$"):
-        _non_blocking(as_run, _Buf(cuda, raises="out of memory"))
-    assert cuda.mode == 0 and gc.isenabled()
-
-
-def test_the_stall_is_queued_on_the_buffer_s_own_device(fake_cuda, as_run):
-    cuda = fake_cuda(count=2)
-    _non_blocking(as_run, _Buf(cuda, index=1))
-    assert _sleeps(cuda) == [("sleep", 1, 1 << 25)]
-    assert ("synchronize", "default1") in cuda.log and ("synchronize", "default0") not in cuda.log
+        _non_blocking(as_run, buf)
+    assert buf.modes_seen == [0, 2] and cuda.mode == 0 and gc.isenabled()
 
 
 class OnFakeCuda:
@@ -382,31 +369,12 @@ class OnFakeCuda:
         return self.buf.copy_to_cpu(n)
 
 
-def _made(Buffer, cuda: FakeCuda | None = None, pin_memory: bool = False):
-    """Buffer on the CPU, with its CUDA path switched on where it has one (a stream of the fake's, or its waits)."""
-    buf = Buffer(4, 3, dtype=torch.float32, device=torch.device("cpu"), pin_memory=pin_memory, with_numpy=False)
-    if cuda is not None and isinstance(buf, PrivateStreamBuffer):
+def _made(Buffer, cuda: FakeCuda):
+    """Buffer on the CPU, with its CUDA path switched on where it has one (a stream of the fake's)."""
+    buf = Buffer(4, 3, dtype=torch.float32, device=torch.device("cpu"), pin_memory=False, with_numpy=False)
+    if isinstance(buf, PrivateStreamBuffer):
         buf._stream = cuda.Stream()
-    if cuda is not None and hasattr(buf, "_on_cuda"):
-        buf._on_cuda = True
     return buf
-
-
-@pytest.mark.parametrize("Buffer", [SynchronizingCopiesBuffer, EventWaitingBuffer])
-@pytest.mark.parametrize("method", COPY_METHODS)
-def test_the_variants_that_wait_after_each_copy_fail_the_non_blocking_check(fake_cuda, as_run, Buffer, method):
-    cuda = fake_cuda()
-    with pytest.raises(AssertionError, match=rf"{method}\(1\) returned only once the work queued before it"):
-        as_run(copy_returns_before_queued_work)(OnFakeCuda(_made(Buffer, cuda)), method, 1, CUDA, REFUSED_SYNC)
-    assert cuda.mode == 0
-
-
-@pytest.mark.parametrize("Buffer", [CpuGpuBuffer, PrivateStreamBuffer, ForkedStreamBuffer])
-@pytest.mark.parametrize("method", COPY_METHODS)
-def test_copies_that_do_not_wait_pass_the_non_blocking_check(fake_cuda, as_run, Buffer, method):
-    cuda = fake_cuda()
-    as_run(copy_returns_before_queued_work)(OnFakeCuda(_made(Buffer, cuda)), method, 1, CUDA, REFUSED_SYNC)
-    assert len(_sleeps(cuda)) == 1
 
 
 def test_the_pageable_variant_never_pins_its_host_tensor():
@@ -416,6 +384,8 @@ def test_the_pageable_variant_never_pins_its_host_tensor():
 
 
 # --- a fork of the caller's stream must be joined back: a CUDA graph capture refuses one that is not (item 2)
+# The capture is CUDA's; sim's join bookkeeping, and garbage collection off during the check, are shown in
+# test_sim_device_checks.py.
 
 
 class JoinedForkBuffer(PrivateStreamBuffer):
@@ -461,13 +431,6 @@ def test_a_copy_whose_work_the_caller_s_stream_waits_for_passes_the_capture(fake
     _joins(as_run, OnFakeCuda(_made(Buffer, cuda)))
     assert [entry[0] for entry in cuda.log if entry[0].startswith("capture")] == ["capture_begin", "capture_end"]
     assert ("synchronize", "default0") in cuda.log and gc.isenabled()
-
-
-def test_garbage_collection_is_off_during_the_capture(fake_cuda, as_run):
-    cuda = fake_cuda()
-    buf = _Buf(cuda)
-    _joins(as_run, buf)
-    assert buf.collecting == [False] and gc.isenabled()
 
 
 def test_a_copy_of_pageable_memory_is_not_captured(fake_cuda, as_run):
