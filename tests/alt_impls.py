@@ -13,9 +13,23 @@ from dataclasses import dataclass, field
 import torch
 
 from cpugpu_conformance.devices import NAMES as DEVICES
+from cpugpu_conformance.reference import CpuGpuBuffer
 
 
-class EmptyThenZero:
+class _SlicedCopies:
+    """Copies written as one slice, ``[:n]`` (``[:None]`` is the whole tensor): the same two
+    methods for every class below that copies this way, written once."""
+
+    __slots__ = ()  # SlotsAndKeywords keeps its instances without a __dict__
+
+    def copy_to_gpu(self, n=None):
+        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
+
+    def copy_to_cpu(self, n=None):
+        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+
+
+class EmptyThenZero(_SlicedCopies):
     """torch.empty followed by zero_(), under inference_mode(False)."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
@@ -29,12 +43,6 @@ class EmptyThenZero:
             if dtype == torch.bfloat16:
                 raise ValueError("NumPy has no bfloat16: construct with with_numpy=False")
             self.np = self.cpu.numpy()
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
 class BlockingCopies:
@@ -77,15 +85,9 @@ class DecoratedHelper:
                 raise ValueError("bfloat16 cannot be viewed by NumPy; use with_numpy=False")
             self.np = self.cpu.numpy()
 
-    def copy_to_gpu(self, n=None):
-        if n is None:
-            return self.gpu.copy_(self.cpu, non_blocking=True)
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        if n is None:
-            return self.cpu.copy_(self.gpu, non_blocking=True)
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+    # The reference's copies as they are: only the allocation is written another way here.
+    copy_to_gpu = CpuGpuBuffer.copy_to_gpu
+    copy_to_cpu = CpuGpuBuffer.copy_to_cpu
 
 
 class DropsPinHintOffCuda(DecoratedHelper):
@@ -106,7 +108,7 @@ class DropsPinHintOffCuda(DecoratedHelper):
         self.gpu.zero_()
 
 
-class SlotsAndKeywords:
+class SlotsAndKeywords(_SlicedCopies):
     """__slots__, keyword-only flags with defaults, and a NumPy view made with np.asarray."""
 
     __slots__ = ("cpu", "gpu", "np")
@@ -121,12 +123,6 @@ class SlotsAndKeywords:
             if dtype == torch.bfloat16:
                 raise ValueError("bfloat16: set with_numpy=False")
             self.np = numpy.asarray(self.cpu)
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
 class ReadsDeviceType(DecoratedHelper):
@@ -163,7 +159,7 @@ def _numpy_dtype(dtype):
         return None
 
 
-class NumpyAllocated:
+class NumpyAllocated(_SlicedCopies):
     """The host tensor allocated by NumPy and wrapped with torch.from_numpy; `np` is that original
     array (NumPy gives an empty array zero strides), the device tensor torch.zeros_like of it. Torch
     allocates where NumPy cannot: a dtype NumPy lacks, or pinned memory."""
@@ -184,12 +180,6 @@ class NumpyAllocated:
             self.gpu = torch.zeros_like(self.cpu, device=device)
         if with_numpy:
             self.np = array
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
 class _AllocatesOnFirstUse:
@@ -221,8 +211,16 @@ class _AllocatesOnFirstUse:
                 self._device_tensor = torch.zeros(self._size, dtype=self._dtype, device=self._where)
         return self._device_tensor
 
+    def _host_view(self):
+        """What np reads, for the subclasses where np is a property: the host tensor's view, the
+        host tensor allocated first; no attribute at all without NumPy."""
+        if not self._with_numpy:
+            raise AttributeError("np: made with with_numpy=False")
+        self._host_tensor()
+        return self._view
 
-class LazyOnFirstAccess(_AllocatesOnFirstUse):
+
+class LazyOnFirstAccess(_SlicedCopies, _AllocatesOnFirstUse):
     """cpu, gpu and np are properties; the first access of any (a copy is one) allocates both tensors."""
 
     def _both(self):
@@ -241,16 +239,9 @@ class LazyOnFirstAccess(_AllocatesOnFirstUse):
 
     @property
     def np(self):
-        if not self._with_numpy:
-            raise AttributeError("np: made with with_numpy=False")
-        self._both()
-        return self._view
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+        view = self._host_view()
+        self._device()
+        return view
 
 
 class LazyDeviceOnFirstCopy(_AllocatesOnFirstUse):
@@ -275,7 +266,7 @@ class LazyDeviceOnFirstCopy(_AllocatesOnFirstUse):
         return self.cpu[rows].copy_(self._device()[rows], non_blocking=True)
 
 
-class LazyHostThroughNumpy(_AllocatesOnFirstUse):
+class LazyHostThroughNumpy(_SlicedCopies, _AllocatesOnFirstUse):
     """The device tensor at construction; the host tensor, and its view, on the first use of cpu or np."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
@@ -286,18 +277,7 @@ class LazyHostThroughNumpy(_AllocatesOnFirstUse):
     def cpu(self):
         return self._host_tensor()
 
-    @property
-    def np(self):
-        if not self._with_numpy:
-            raise AttributeError("np: made with with_numpy=False")
-        self._host_tensor()
-        return self._view
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
+    np = property(_AllocatesOnFirstUse._host_view)
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,14 @@ NOT_A_CLASS = 42
 
 
 class _CorrectBuffer:
-    """The reference's body, for the classes below that are correct but for one fault. torch is
-    imported only when one is built: importing this module loads no torch (xdist's controller)."""
+    """The reference's allocation, for the classes below that are correct but for one fault. The
+    reference (and with it torch) is imported only when one is built: importing this module loads
+    no torch (xdist's controller)."""
 
     def _allocate(self, size, dtype, device, pin_memory, with_numpy):
-        import torch
+        from cpugpu_conformance.reference import CpuGpuBuffer
 
-        with torch.inference_mode(False):
-            self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
-            self.gpu = torch.zeros_like(self.cpu, device=device)
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("NumPy has no bfloat16: pass with_numpy=False")
-            self.np = self.cpu.numpy()
+        CpuGpuBuffer.__init__(self, *size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
 
     def copy_to_gpu(self, n=None):
         return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
@@ -56,7 +51,7 @@ class SegfaultsOnFifth(_CorrectBuffer):
         self._allocate(size, dtype, device, pin_memory, with_numpy)
 
 
-class TwoBugsBuffer:
+class TwoBugsBuffer(_CorrectBuffer):
     """Breaks two promises in two different tests: np is a copy (5), and bfloat16 with
     with_numpy=True raises TypeError instead of ValueError (6)."""
 
@@ -70,12 +65,6 @@ class TwoBugsBuffer:
             self.gpu = torch.zeros_like(self.cpu, device=device)
         if with_numpy:
             self.np = self.cpu.numpy().copy()
-
-    def copy_to_gpu(self, n=None):
-        return self.gpu[:n].copy_(self.cpu[:n], non_blocking=True)
-
-    def copy_to_cpu(self, n=None):
-        return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
 class RefusesZeroLength(_CorrectBuffer):

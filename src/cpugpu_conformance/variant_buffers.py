@@ -34,16 +34,21 @@ class PreFixCpuGpuBuffer:
         return self.cpu[:n].copy_(self.gpu[:n], non_blocking=True)
 
 
+def _view_host(buf, dtype, with_numpy):
+    """The reference's NumPy step, for the classes below that allocate the host tensor their own way."""
+    if with_numpy:
+        if dtype == torch.bfloat16:
+            raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
+        buf.np = buf.cpu.numpy()
+
+
 class HalfFixedCpuGpuBuffer(CpuGpuBuffer):
     """Fixes the device tensor only: the host tensor is still made in the caller's mode."""
 
     def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
         super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=False)
         self.cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
-            self.np = self.cpu.numpy()
+        _view_host(self, dtype, with_numpy)
 
 
 class FlatGpuBuffer(CpuGpuBuffer):
@@ -149,10 +154,7 @@ class DefaultDeviceBuffer(CpuGpuBuffer):
         with torch.inference_mode(False):
             self.cpu = torch.zeros(*size, dtype=dtype, pin_memory=pin_memory)
             self.gpu = torch.zeros_like(self.cpu, device=device)
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
-            self.np = self.cpu.numpy()
+        _view_host(self, dtype, with_numpy)
 
 
 class Float32IsDefaultBuffer(CpuGpuBuffer):
@@ -165,10 +167,7 @@ class Float32IsDefaultBuffer(CpuGpuBuffer):
             with torch.inference_mode(False):
                 self.cpu = torch.zeros(*size, device="cpu", pin_memory=pin_memory)
                 self.gpu = torch.zeros_like(self.cpu, device=device)
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
-            self.np = self.cpu.numpy()
+        _view_host(self, dtype, with_numpy)
 
 
 class ChunkedCopyBuffer(CpuGpuBuffer):
@@ -210,10 +209,7 @@ class PooledBuffer(CpuGpuBuffer):
                 cpu = torch.zeros(*size, dtype=dtype, device="cpu", pin_memory=pin_memory)
                 self._pool[key] = (cpu, torch.zeros_like(cpu, device=device))
         self.cpu, self.gpu = self._pool[key]
-        if with_numpy:
-            if dtype == torch.bfloat16:
-                raise ValueError("bfloat16 has no NumPy dtype: pass with_numpy=False")
-            self.np = self.cpu.numpy()
+        _view_host(self, dtype, with_numpy)
 
 
 class PrivateStreamBuffer(CpuGpuBuffer):
