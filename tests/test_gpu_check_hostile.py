@@ -302,6 +302,14 @@ class Started:
         if self.proc.poll() is None:
             self.proc.wait(timeout=60)
 
+    # A test runs its steps in `with Started(...) as started:`, so what it started is cleaned up
+    # however the test ends.
+    def __enter__(self) -> Started:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.clean_up()
+
 
 def _after_exit(started: Started, code: int, summary_says: str) -> str:
     """What must hold once gpu_check has exited: its code, nothing it started still running (so
@@ -323,8 +331,7 @@ def _after_exit(started: Started, code: int, summary_says: str) -> str:
     (signal.SIGINT, 2, 1),
 ], ids=["SIGTERM-xdist", "SIGHUP", "SIGINT"])
 def test_a_signal_during_the_suite_ends_it_all_and_the_summary_says_so(tmp_path, signum, code, jobs):
-    started = Started(tmp_path, during="suite", jobs=jobs)
-    try:
+    with Started(tmp_path, during="suite", jobs=jobs) as started:
         started.wait_until_testing(at_least=2)  # a test process and the process it set apart
         os.kill(started.proc.pid, signum)
         name = signal.Signals(signum).name
@@ -334,48 +341,36 @@ def test_a_signal_during_the_suite_ends_it_all_and_the_summary_says_so(tmp_path,
             assert "interrupted" in summary  # more than the grace on a loaded machine, and be killed)
         assert not (started.out / "proofs.log").exists()
         assert f"stopped by {name}" in (started.out / "suite.log").read_text()
-    finally:
-        started.clean_up()
 
 
 def test_timeout_ends_it_all(tmp_path):
-    started = Started(tmp_path, during="suite", via_timeout=True)
-    try:
+    with Started(tmp_path, during="suite", via_timeout=True) as started:
         started.wait_until_testing(at_least=2)
         os.kill(started.proc.pid, signal.SIGALRM)  # `timeout`'s own alarm: its time ran out, it sends SIGTERM
         _after_exit(started, 124, "stopped by SIGTERM during the suite")
-    finally:
-        started.clean_up()
 
 
 def test_a_signal_during_the_proofs_ends_them_and_keeps_the_suites_lines(tmp_path):
-    started = Started(tmp_path, during="proofs")
-    try:
+    with Started(tmp_path, during="proofs") as started:
         started.wait_until_testing()
         os.kill(started.proc.pid, signal.SIGTERM)
         summary = _after_exit(started, 143, "gpu_check: exit 143 (stopped by SIGTERM during the proofs: not a pass)")
         assert "suite: exit 0" in summary and "proofs for cpu: stopped by SIGTERM" in summary
         assert (started.out / "proofs.log").is_file()
-    finally:
-        started.clean_up()
 
 
 def test_a_hangup_that_nohup_ignores_stays_ignored(tmp_path):
-    started = Started(tmp_path, during="suite", preexec=_under_nohup)
-    try:
+    with Started(tmp_path, during="suite", preexec=_under_nohup) as started:
         started.wait_until_testing(at_least=2)
         os.kill(started.proc.pid, signal.SIGHUP)  # ignored, so gone at once: the SIGTERM after it stops the run
         os.kill(started.proc.pid, signal.SIGTERM)
         _after_exit(started, 143, "stopped by SIGTERM during the suite")
-    finally:
-        started.clean_up()
 
 
 def test_a_suite_whose_gpu_check_is_killed_outright_dies_with_it(tmp_path):
     """SIGKILL cannot be caught: the suite's own process (which alone writes the result file) is
     killed with gpu_check, so no result of a later end of it can appear."""
-    started = Started(tmp_path, during="suite")
-    try:
+    with Started(tmp_path, during="suite") as started:
         started.wait_until_testing(at_least=2)
         [suite] = [pid for pid, _ in gpu_check.descendants(started.proc.pid)
                    if gpu_check._stat_fields(pid)[1] == str(started.proc.pid)]
@@ -387,8 +382,6 @@ def test_a_suite_whose_gpu_check_is_killed_outright_dies_with_it(tmp_path):
             time.sleep(0.1)
         result = started.out / _cell_json()
         assert not result.exists() or json.loads(result.read_text())["status"] != "completed"
-    finally:
-        started.clean_up()
 
 
 # --- what is planted at a name while the run goes (after the check) is replaced, never written through
