@@ -24,15 +24,18 @@ _spec.loader.exec_module(gpu_check)
 # Modules the GPU image does not have: importing one fails as if it were not installed.
 MISSING_ON_THE_GPU_IMAGE = ("jsonschema", "yaml", "nox")
 
-# Proofs of a device are the tests marked for it: the passing one runs, the others must not.
-PROOFS = """
+# A proof for the cpu that holds: the start of each proofs file below but the failing one.
+HELD_PROOF = """
 import pytest
 
 
 @pytest.mark.devices("cpu")
-def test_marked_for_the_cpu():
+def test_held():
     pass
+"""
 
+# Proofs of a device are the tests marked for it: the passing one runs, the others must not.
+PROOFS = HELD_PROOF + """
 
 @pytest.mark.devices("cuda")
 def test_marked_for_cuda_only():
@@ -143,14 +146,7 @@ def test_a_failing_proof_fails_the_check(tmp_path):
     assert "the suite misjudged a variant" in (out / "proofs.log").read_text()
 
 
-SKIPPED_PROOFS = """
-import pytest
-
-
-@pytest.mark.devices("cpu")
-def test_held():
-    pass
-
+SKIPPED_PROOFS = HELD_PROOF + """
 
 @pytest.mark.devices("cpu")
 def test_skipped_where_the_device_is_missing():
