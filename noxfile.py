@@ -155,6 +155,9 @@ def _tests_torch(session: nox.Session) -> None:
     release = MATRIX.release(TESTS_TORCH)
     index = ["--extra-index-url", MATRIX.index_url] if MATRIX.index_url else []
     session.install(*release.requirements(), "-e", ".[test]", "nox", *index)
+    # Where PYTHONDONTWRITEBYTECODE is set, each of the tests' subprocesses would compile torch
+    # and the plugin anew (most of the tests' time): compile once what no test changes.
+    session.run("python", "tools/warm_bytecode.py", silent=True)
 
 
 @nox.session(python=MATRIX.python)

@@ -1,0 +1,60 @@
+"""Compile, once before the project's tests, the bytecode of what no test changes.
+
+Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on), nothing
+caches compiled code: each of the tests' few hundred subprocesses (a suite run, a cell, a
+command) compiles torch's Python anew, and its pytest rewrites the plugin's modules anew, about
+3 s of CPU a process and most of what `nox -s tests` spends. This writes those caches once: the
+environment's packages and the checkout's src/, conformance/ and tests/ (py_compile, as pip
+would at install), then pytest's rewritten modules, by running the suite once in this process.
+
+Every later process reads them; the variable still keeps the tests from writing any, so a test
+that writes a module twice within a second never reads the bytecode of its first version.
+Python checks each cached file against its source (mtime and size) and compiles anew where the
+source changed, so an edit after warming costs time, never correctness.
+
+    python tools/warm_bytecode.py          (nox -s tests and nox -s quick run it first)
+"""
+
+from __future__ import annotations
+
+import compileall
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKOUT = [REPO / "src", REPO / "conformance", REPO / "tests"]
+
+
+def compile_sources() -> bool:
+    """The environment's installed packages and the checkout's Python, into __pycache__/."""
+    ok = True
+    for folder in [Path(sysconfig.get_paths()["purelib"]), *CHECKOUT]:
+        ok &= bool(compileall.compile_dir(folder, quiet=2, workers=0))
+    return ok
+
+
+def rewrite_plugin() -> int:
+    """Run the suite on the reference, one promise, in this process: pytest caches each module
+    it rewrites for assertions (the suite's tests, the plugin's package) beside its source."""
+    import pytest
+
+    with tempfile.TemporaryDirectory(prefix="warm-bytecode-") as tmp:
+        return pytest.main([
+            str(REPO / "conformance"), "-q", "-p", "no:cacheprovider", "--hypothesis-profile=ci",
+            "--promise", "3", "--device", "cpu", "--cell-result", str(Path(tmp) / "cell.json"),
+        ])
+
+
+def main() -> int:
+    sys.dont_write_bytecode = False  # for pytest's rewrite cache; py_compile writes regardless
+    compile_sources()  # a file that does not compile is the tests' to report, not this step's
+    code = rewrite_plugin()
+    if code != 0:
+        print(f"warm_bytecode: the suite on the reference exited {code}; the tests will say why", file=sys.stderr)
+    return 0  # warming is an optimisation: whatever went wrong, the tests run and report it
+
+
+if __name__ == "__main__":
+    sys.exit(main())
