@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forkserver
+
 from cpugpu_conformance import results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,18 +62,24 @@ def suite_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
 
 
-def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600) -> SuiteRun:
+def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600, fork: bool = True) -> SuiteRun:
+    """`python -m pytest conformance ...` from the fork server (forkserver.py: the same command, less
+    the imports every run repeats); fork=False for a test about what the process itself imports."""
     result_path = tmp_path / "cell.json"
     cmd = suite_command(result_path, *args, profile=profile)
-    proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=timeout)
+    if fork:
+        proc = forkserver.run_python(cmd[1:], cwd=REPO, env=suite_env(), timeout=timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=timeout)
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     return SuiteRun(proc.returncode, proc.stdout, proc.stderr, result)
 
 
 def run_script(tmp_path: Path, source: str, name: str = "reproducer.py") -> subprocess.CompletedProcess[str]:
+    """`python NAME` in tmp_path (a reproducer, as a user runs it), from the fork server."""
     path = tmp_path / name
     path.write_text(source)
-    return subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return forkserver.run_python([str(path)], cwd=tmp_path, timeout=120)
 
 
 # A correct buffer whose constructor says a test is running (by creating MARKER, which holds
