@@ -11,9 +11,9 @@ negative return code).
 
 Only what a fresh interpreter cannot tell apart goes through it: the zygote imports the modules
 and nothing else (no torch op, no Python thread: it refuses to serve where one runs),
-and it serves one environment, the one it was started with, since torch reads some variables at
-import. A command with any other environment, or any interpreter option, runs as a plain
-subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
+and it serves the environment it was started with, since torch reads some variables at import:
+another environment gets a server of its own. A command with an interpreter option (`-I`, `-X`)
+runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""The fork server (forkserver.py) runs a command as a fresh `python` would: the same argv, working
+directory, sys.path, streams and exit status, and a hang is a timeout that leaves it serving."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import forkserver
+import pytest
+
+PROBE = """\
+import os, sys, threading
+print(sys.argv)
+print(os.getcwd())
+print(sys.path[0])
+print(__name__)
+print(sys.stdin.read() == "")
+threading.Thread(target=lambda: print("thread joined")).start()
+import atexit
+atexit.register(lambda: print("atexit ran"))
+print("to stderr", file=sys.stderr)
+"""
+
+
+def fresh(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def probe(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(PROBE)
+    return path
+
+
+def test_a_script_sees_what_a_fresh_interpreter_shows_it(probe, tmp_path):
+    forked = forkserver.run_python([str(probe), "one", "two"], cwd=tmp_path, timeout=120)
+    plain = fresh([str(probe), "one", "two"], tmp_path)
+    assert forked.returncode == plain.returncode == 0, forked.stderr
+    assert forked.stdout == plain.stdout and forked.stderr == plain.stderr
+    assert "thread joined" in forked.stdout and forked.stdout.endswith("atexit ran\n"), forked.stdout
+
+
+def test_a_module_sees_what_python_m_shows_it(tmp_path):
+    (tmp_path / "probemod.py").write_text(PROBE)
+    forked = forkserver.run_python(["-m", "probemod", "x"], cwd=tmp_path, timeout=120)
+    plain = fresh(["-m", "probemod", "x"], tmp_path)
+    assert forked.returncode == plain.returncode == 0, forked.stderr
+    assert forked.stdout == plain.stdout, (forked.stdout, plain.stdout)
+
+
+@pytest.mark.parametrize(("source", "code", "stderr"), [
+    ("import sys\nsys.exit(3)\n", 3, ""),
+    ("import sys\nsys.exit('a message')\n", 1, "a message\n"),
+    ("raise ValueError('boom')\n", 1, "ValueError: boom\n"),
+    ("import os\nos.kill(os.getpid(), 9)\n", -9, ""),
+    ("import os\nos._exit(0)\n", 0, ""),
+], ids=["exit-3", "exit-message", "exception", "killed", "os-exit"])
+def test_the_exit_status_is_a_fresh_interpreter_s(tmp_path, source, code, stderr):
+    script = tmp_path / "ends.py"
+    script.write_text(source)
+    forked = forkserver.run_python([str(script)], cwd=tmp_path, timeout=120)
+    plain = fresh([str(script)], tmp_path)
+    assert forked.returncode == plain.returncode == code
+    assert forked.stderr.endswith(stderr) and plain.stderr.endswith(stderr), (forked.stderr, plain.stderr)
+
+
+def test_a_hang_is_a_timeout_and_the_server_serves_the_next_command(tmp_path):
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        forkserver.run_python([str(hang)], cwd=tmp_path, timeout=3)
+    assert caught.value.output == "started\n"
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('next')\n")
+    assert forkserver.run_python([str(ok)], cwd=tmp_path, timeout=120).stdout == "next\n"
+
+
+def test_torch_is_not_used_before_the_command_uses_it(tmp_path):
+    """The server imported torch and did nothing with it: no thread pool started, no op run."""
+    script = tmp_path / "threads.py"
+    script.write_text("import threading, torch\nprint(threading.active_count(), torch.get_num_threads())\n")
+    forked = forkserver.run_python([str(script)], cwd=tmp_path, timeout=120)
+    assert forked.stdout == fresh([str(script)], tmp_path).stdout, forked.stderr
+
+
+def test_each_environment_is_served_as_given_and_an_option_is_a_plain_subprocess(tmp_path, monkeypatch):
+    script = tmp_path / "env.py"
+    script.write_text("import os, sys\nprint(os.environ.get('ONLY_HERE'), sys.flags.isolated)\n")
+    env = {**os.environ, "ONLY_HERE": "yes"}
+    assert forkserver.run_python([str(script)], cwd=tmp_path, env=env, timeout=120).stdout == "yes 0\n"
+    assert forkserver.run_python(["-I", str(script)], cwd=tmp_path, timeout=120).stdout == "None 1\n"
+    served = len(forkserver._zygotes)
+    monkeypatch.setenv("FORKSERVER", "0")
+    assert not forkserver.enabled()
+    assert forkserver.run_python([str(script)], cwd=tmp_path, timeout=120).stdout == "None 0\n"
+    assert len(forkserver._zygotes) == served
