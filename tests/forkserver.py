@@ -119,6 +119,19 @@ class Zygote:
         ready = self._answer()
         self.usable = bool(ready and ready.get("ready"))
 
+    def close(self) -> None:
+        """End the server: with its requests closed it leaves its loop; kill it if it does not."""
+        for pipe in (self._requests, self._answers):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
     def _answer(self) -> dict | None:
         line = self._answers.readline()
         return json.loads(line) if line else None
@@ -155,14 +168,25 @@ class Zygote:
                                                stderr.read_text(errors="replace"))
 
 
-_zygotes: dict[tuple[tuple[str, str], ...], Zygote | None] = {}
+# The servers this process keeps, most recently used last. Each holds torch (half a GB): a test that
+# changes the environment gets a server of its own, and the oldest is closed beyond KEEP.
+KEEP = 3
+_zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | None] = {}
 
 
 def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
     key = (tuple(sorted(env.items())), preload)
-    if key not in _zygotes:
-        zygote = Zygote(env, preload)
-        _zygotes[key] = zygote if zygote.usable else None
+    if key in _zygotes:
+        _zygotes[key] = _zygotes.pop(key)  # the most recently used, last
+        return _zygotes[key]
+    while len(_zygotes) >= KEEP:
+        oldest = _zygotes.pop(next(iter(_zygotes)))
+        if oldest is not None:
+            oldest.close()
+    zygote = Zygote(env, preload)
+    _zygotes[key] = zygote if zygote.usable else None
+    if not zygote.usable:
+        zygote.close()
     return _zygotes[key]
 
 

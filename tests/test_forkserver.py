@@ -99,3 +99,17 @@ def test_each_environment_is_served_as_given_and_an_option_is_a_plain_subprocess
     assert not forkserver.enabled()
     assert forkserver.run_python([str(script)], cwd=tmp_path, timeout=120).stdout == "None 0\n"
     assert len(forkserver._zygotes) == served
+
+
+def test_servers_beyond_keep_are_closed(tmp_path):
+    """Each server holds torch: a run of tests that each change the environment must not pile them up."""
+    script = tmp_path / "which.py"
+    script.write_text("import os\nprint(os.environ['WHICH'])\n")
+    started = []
+    for i in range(forkserver.KEEP + 2):
+        env = {**os.environ, "WHICH": str(i)}
+        assert forkserver.run_python([str(script)], cwd=tmp_path, env=env, timeout=120).stdout == f"{i}\n"
+        started.append(forkserver._zygotes[(tuple(sorted(env.items())), forkserver.SCRIPT_MODULES)])
+    assert len(forkserver._zygotes) <= forkserver.KEEP
+    assert all(z.proc.poll() is not None for z in started[:2]), "an evicted server is still running"
+    assert started[-1].proc.poll() is None
