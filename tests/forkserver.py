@@ -30,6 +30,17 @@ from pathlib import Path
 # the wait status. Modules it preloads are the ones every command imports first.
 SERVER = r'''
 import json, os, runpy, sys, threading, traceback
+
+def die_with_parent():
+    """Linux: SIGKILL when the parent goes (the server with its test worker, a child with the
+    server), so a worker killed outright leaves no command running."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:
+        pass
+
+die_with_parent()
 PRELOAD = json.loads(sys.argv[1])
 for name in PRELOAD:
     __import__(name)
@@ -40,7 +51,8 @@ alone = threading.active_count() == 1
 answers.write(json.dumps({"ready": alone}) + "\n"); answers.flush()
 
 def child(req):
-    os.setpgid(0, 0)
+    os.setpgid(0, 0)  # its own group: a timeout or an interrupt kills what the command started too
+    die_with_parent()
     requests.close(); answers.close()
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["stdout"], os.O_WRONLY), (2, req["stderr"], os.O_WRONLY)):
         new = os.open(path, flags)
@@ -118,9 +130,13 @@ class Zygote:
         self._answers = os.fdopen(self._ans_read, "r")
         ready = self._answer()
         self.usable = bool(ready and ready.get("ready"))
+        self.broken = False
 
     def close(self) -> None:
-        """End the server: with its requests closed it leaves its loop; kill it if it does not."""
+        """End the server: with its requests closed it leaves its loop; kill it if it does not (or
+        at once, if it is broken: its answer would never be read)."""
+        if self.broken:
+            self.proc.kill()
         for pipe in (self._requests, self._answers):
             try:
                 pipe.close()
@@ -152,13 +168,17 @@ class Zygote:
             done: list[dict | None] = []
             reader = threading.Thread(target=lambda: done.append(self._answer()), daemon=True)
             reader.start()
-            reader.join(timeout)
+            try:
+                reader.join(timeout)
+            except BaseException:
+                # Ctrl-C (or any other exception) in the test: the command goes with it, and this
+                # server, whose answer to it is still to come, serves no other.
+                _kill_group(pid)
+                self.broken = True
+                raise
             cmd = [sys.executable, *(["-m"] if kind == "module" else []), target, *args]
             if reader.is_alive():
-                try:
-                    os.killpg(pid, 9)
-                except ProcessLookupError:
-                    pass
+                _kill_group(pid)
                 reader.join(60)
                 raise subprocess.TimeoutExpired(cmd, timeout, stdout.read_text(errors="replace"),
                                                 stderr.read_text(errors="replace"))
@@ -166,6 +186,13 @@ class Zygote:
                 raise RuntimeError("the fork server died")
             return subprocess.CompletedProcess(cmd, done[0]["returncode"], stdout.read_text(errors="replace"),
                                                stderr.read_text(errors="replace"))
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
 
 
 # The servers this process keeps, most recently used last. Each holds torch (half a GB): a test that
@@ -177,8 +204,11 @@ _zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | Non
 def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
     key = (tuple(sorted(env.items())), preload)
     if key in _zygotes:
-        _zygotes[key] = _zygotes.pop(key)  # the most recently used, last
-        return _zygotes[key]
+        zygote = _zygotes.pop(key)
+        if zygote is None or not zygote.broken:
+            _zygotes[key] = zygote  # the most recently used, last
+            return zygote
+        zygote.close()
     while len(_zygotes) >= KEEP:
         oldest = _zygotes.pop(next(iter(_zygotes)))
         if oldest is not None:

@@ -113,3 +113,70 @@ def test_servers_beyond_keep_are_closed(tmp_path):
     assert len(forkserver._zygotes) <= forkserver.KEEP
     assert all(z.proc.poll() is not None for z in started[:2]), "an evicted server is still running"
     assert started[-1].proc.poll() is None
+
+
+def _gone(pid: int, within: float = 30) -> bool:
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its parent is gone too
+            if stat.read().split(") ")[-1].startswith("Z"):
+                return True
+        time.sleep(0.1)
+    return False
+
+
+HANGS = "import os, pathlib, sys, time\npathlib.Path(sys.argv[1]).write_text(str(os.getpid()))\ntime.sleep(300)\n"
+
+
+def test_ctrl_c_in_the_test_kills_the_command_and_the_next_gets_a_fresh_server(tmp_path):
+    import signal
+    import time
+
+    hang, marker = tmp_path / "hang.py", tmp_path / "pid"
+    hang.write_text(HANGS)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 5)
+        with pytest.raises(KeyboardInterrupt):
+            forkserver.run_python([str(hang), str(marker)], cwd=tmp_path, timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists() and _gone(int(marker.read_text())), "the interrupted command is still running"
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('next')\n")
+    assert forkserver.run_python([str(ok)], cwd=tmp_path, timeout=120).stdout == "next\n"
+
+
+def test_a_test_worker_killed_outright_leaves_no_command_running(tmp_path):
+    hang, marker = tmp_path / "hang.py", tmp_path / "pid"
+    hang.write_text(HANGS)
+    worker = subprocess.Popen([sys.executable, "-c", (
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import forkserver; "
+        "forkserver.run_python([sys.argv[2], sys.argv[3]], cwd=pathlib.Path(sys.argv[4]), timeout=300)"),
+        str(Path(__file__).parent), str(hang), str(marker), str(tmp_path)])
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            assert worker.poll() is None, "the worker ended early"
+            time.sleep(0.1)
+        assert marker.exists(), "the command never started"
+    finally:
+        worker.kill()
+        worker.wait(60)
+    assert _gone(int(marker.read_text())), "the command outlived its test worker"
