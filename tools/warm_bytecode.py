@@ -27,12 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 CHECKOUT = [REPO / "src", REPO / "conformance", REPO / "tests"]
 
 
-def compile_sources() -> bool:
-    """The environment's installed packages and the checkout's Python, into __pycache__/."""
-    ok = True
+def compile_sources() -> None:
+    """The environment's installed packages and the checkout's Python, into __pycache__/. A file
+    that does not compile, or a folder it cannot write, is passed over: the tests report the one,
+    and the other only costs time."""
     for folder in [Path(sysconfig.get_paths()["purelib"]), *CHECKOUT]:
-        ok &= bool(compileall.compile_dir(folder, quiet=2, workers=0))
-    return ok
+        compileall.compile_dir(folder, quiet=2, workers=0)
 
 
 def rewrite_plugin() -> int:
@@ -47,13 +47,29 @@ def rewrite_plugin() -> int:
         ])
 
 
+INTERRUPTED = 130  # as a shell reports Ctrl-C: nox stops there, and runs no tests
+
+
 def main() -> int:
     sys.dont_write_bytecode = False  # for pytest's rewrite cache; py_compile writes regardless
-    compile_sources()  # a file that does not compile is the tests' to report, not this step's
-    code = rewrite_plugin()
+    try:
+        compile_sources()
+        code = rewrite_plugin()
+    except KeyboardInterrupt:
+        print("warm_bytecode: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    if code == pytest_interrupted():
+        print("warm_bytecode: interrupted", file=sys.stderr)
+        return INTERRUPTED
     if code != 0:
         print(f"warm_bytecode: the suite on the reference exited {code}; the tests will say why", file=sys.stderr)
-    return 0  # warming is an optimisation: whatever went wrong, the tests run and report it
+    return 0  # warming is an optimisation: whatever else went wrong, the tests run and report it
+
+
+def pytest_interrupted() -> int:
+    import pytest
+
+    return int(pytest.ExitCode.INTERRUPTED)
 
 
 if __name__ == "__main__":
