@@ -215,18 +215,26 @@ def check_memory_freed_while_a_copy_is_queued_stays_mapped_until_it_lands():
 CHECKS = {name: func for name, func in sorted(globals().items()) if name.startswith("check_")}
 
 
+def outcomes(checks: dict, after=lambda: None) -> dict[str, str]:
+    """Each check run in turn: "ok", or its traceback (each check's failure is its own report);
+    ``after`` runs after each, whatever it did."""
+    outcome = {}
+    for name, check in checks.items():
+        try:
+            check()
+            outcome[name] = "ok"
+        except BaseException:  # noqa: BLE001
+            outcome[name] = traceback.format_exc()
+        finally:
+            after()
+    return outcome
+
+
 def main() -> None:
     from cpugpu_conformance import sim
 
     sim.load()
-    outcome = {}
-    for name, check in CHECKS.items():
-        try:
-            check()
-            outcome[name] = "ok"
-        except BaseException:  # noqa: BLE001 (each check's failure is its own report)
-            outcome[name] = traceback.format_exc()
-    print(json.dumps(outcome))
+    print(json.dumps(outcomes(CHECKS)))
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ import itertools
 import json
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import sim_probe
 import torch
 from reproducer_parts import definitions, script_for
 from suite_runner import REPO
@@ -477,16 +477,7 @@ def main() -> None:
 
     sim.load()
     defaults = {index: current(index) for index in range(torch.accelerator.device_count())}
-    outcome = {}
-    for run, func in CASES.items():
-        try:
-            func()
-            outcome[run] = "ok"
-        except BaseException:  # noqa: BLE001 (each case's failure is its own report)
-            outcome[run] = traceback.format_exc()
-        finally:
-            _put_back(defaults)
-    print(json.dumps(outcome))
+    print(json.dumps(sim_probe.outcomes(CASES, after=lambda: _put_back(defaults))))
 
 
 # --- in the test process: run the child once, and one test per case and run
