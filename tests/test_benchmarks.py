@@ -129,3 +129,11 @@ def test_a_failure_is_never_explained_and_an_engine_scale_failure_is_not_shrunk(
         assert all(Phase.generate in phases for phases in (ordinary, engine, machine))
     finally:
         settings.load_profile(before)
+
+
+def test_bench_test_processes_refuses_a_repeat_below_one_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_test_processes.py"), "--repeat", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].endswith("--repeat must be at least 1, not 0"), proc.stderr
+    assert "Traceback" not in proc.stderr
