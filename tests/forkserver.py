@@ -66,6 +66,10 @@ def child(req):
             sys.argv = [target, *args]
             sys.path[0] = req["cwd"]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif not os.path.isfile(target):  # what python says of a script it cannot open
+            print(f"{sys.executable}: can't open file {os.path.abspath(target)!r}: [Errno 2] No such file or directory",
+                  file=sys.stderr)
+            code = 2
         else:
             sys.argv = [target, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(target))
@@ -153,6 +157,8 @@ class Zygote:
         return json.loads(line) if line else None
 
     def run(self, kind: str, target: str, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+        if not Path(cwd).is_dir():  # subprocess.run's error for a missing working directory
+            raise FileNotFoundError(2, "No such file or directory", str(cwd))
         with tempfile.TemporaryDirectory(prefix="forkserver-") as tmp:
             stdout, stderr = Path(tmp) / "stdout", Path(tmp) / "stderr"
             stdout.touch()

@@ -180,3 +180,13 @@ def test_a_test_worker_killed_outright_leaves_no_command_running(tmp_path):
         worker.kill()
         worker.wait(60)
     assert _gone(int(marker.read_text())), "the command outlived its test worker"
+
+
+def test_a_missing_script_or_folder_is_what_python_and_subprocess_say(tmp_path):
+    missing = tmp_path / "nowhere.py"
+    forked = forkserver.run_python([str(missing)], cwd=tmp_path, timeout=120)
+    plain = fresh([str(missing)], tmp_path)
+    assert forked.returncode == plain.returncode == 2
+    assert forked.stderr == plain.stderr, (forked.stderr, plain.stderr)
+    with pytest.raises(FileNotFoundError):
+        forkserver.run_python([str(missing)], cwd=tmp_path / "no-such-folder", timeout=120)
