@@ -79,7 +79,6 @@ def last_line(text: Any, limit: int | None = 160, default: str = "") -> str:
     return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
 
 
-
 def json_kind(value: Any) -> str | None:
     """JSON's name for the kind of a parsed value (a result file's JSON, a matrix's YAML): "null",
     "boolean", "number", "string", "array" or "object"; None for a type JSON has not (a YAML date).
