@@ -181,13 +181,45 @@ def check_a_fork_left_unjoined_is_named_and_a_joined_one_is_not():
 
 
 def check_the_stall_is_on_the_simulated_clock():
+    """A host that only queries finds the job running for its span (a host that waits for it ends it
+    early, when time runs ahead: see the next check)."""
     import time
 
+    stream = torch.accelerator.current_stream(0)
     start = time.perf_counter()
     _stall(0, 1 << 25)
-    torch.accelerator.current_stream(0).synchronize()
+    while not stream.query():
+        time.sleep(0.001)
     took = time.perf_counter() - start
     assert 0.03 <= took < 5, took  # 2**25 cycles at 1 GHz: 34 ms
+
+
+def check_a_host_wait_runs_time_ahead_only_after_what_other_streams_hold():
+    """Synchronizing a stalled stream ends its stall early (time runs ahead while the host waits),
+    but only once the other streams have run what they could during the span: a copy queued on a
+    private stream lands before the work queued behind the stall, as it would on a device, every time,
+    also when it waits behind a shorter stall of its own."""
+    host, queued = _pinned(1 << 12, value=3), torch.full((1 << 12,), 5.0, device="sim:0")
+    dev = torch.zeros(1 << 12, device="sim:0")
+    caller, private = torch.accelerator.current_stream(0), torch.Stream(device="sim:0")
+    for private_stall in (0, LONG // 16, 0, LONG // 16):
+        dev.zero_()
+        caller.synchronize()
+        _stall(0)
+        dev.copy_(queued)  # the caller's work, behind the stall
+        with private:
+            if private_stall:
+                torch.sim._sleep(private_stall)
+            dev.copy_(host, non_blocking=True)  # lands during the span, before the caller's work
+        assert not caller.query()
+        caller.synchronize()
+        private.synchronize()
+        assert dev.eq(5).all(), f"a copy on another stream landed after the work behind the stall ({private_stall=})"
+    event = torch.Event(device="sim:0")
+    _stall(0)
+    event.record(caller)
+    event.synchronize()  # an event's wait runs time ahead too
+    assert caller.query()
 
 
 def check_an_operator_sim_lacks_is_one_clear_error():

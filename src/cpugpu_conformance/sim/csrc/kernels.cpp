@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
-#include <thread>
 
 namespace sim {
 namespace {
@@ -307,7 +306,7 @@ void sleep_cycles(int64_t cycles) {
   TORCH_CHECK(cycles >= 0, "sim: sleep takes a number of cycles >= 0");
   int device = current_device();
   auto span = std::chrono::duration<double>(static_cast<double>(cycles) / kClockHz);
-  enqueue(device, current_stream(device), [span] { std::this_thread::sleep_for(span); });
+  enqueue_sleep(device, current_stream(device), span);
 }
 
 void check_begin(int64_t device, int64_t stream) { join_check_begin(static_cast<int>(device), stream); }

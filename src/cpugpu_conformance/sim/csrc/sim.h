@@ -9,6 +9,7 @@
 
 #include <c10/core/Allocator.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,8 @@ bool has_context(int device);
 void touch(int device);  // the device is in use from now (hasPrimaryContext)
 
 void enqueue(int device, int64_t stream, Job job);
+// A job that keeps the stream busy for `span`, or until the host waits for it (streams.cpp).
+void enqueue_sleep(int device, int64_t stream, std::chrono::duration<double> span);
 void synchronize_stream(int device, int64_t stream);
 bool query_stream(int device, int64_t stream);
 void synchronize_device(int device);

@@ -5,6 +5,18 @@
 // (through events: Stream.wait_stream, Stream.wait_event): join_check_end names the
 // streams whose work the caller's stream never waited for, what CUDA's graph capture
 // refuses as an unjoined fork, deterministically where timing is not.
+//
+// A long job (sleep) keeps its stream busy for its span of simulated clock, except that time
+// runs ahead while the host is blocked: a host that waits for a stream or an event (synchronize,
+// a blocking copy) ends every sleep that what it waits for is behind, on that stream and,
+// through device-side event waits, on the streams it waits for. Time runs ahead only once every
+// other stream is quiet (idle, or waiting for an event) and none is asleep: work they hold that
+// would have run during the span (a copy on a private stream) still runs before the sleep ends,
+// as it would on a device, and a sleep beside another waits its span out, so what lands in which
+// order is what the span would give, every time. What the
+// host can observe is the same (a host that waits finds the job done; one that only queries finds
+// it running for its span); what it saves is the span, which the suite's non-blocking checks
+// would otherwise wait out thousands of times.
 #include "sim.h"
 
 #include <c10/util/Exception.h>
@@ -37,7 +49,15 @@ struct StreamState {
   std::deque<Job> queue;
   uint64_t enqueued = 0;
   uint64_t completed = 0;
+  uint64_t hurried = 0;  // the host waits for the jobs up to this place: their sleeps end at once
+  // Device-side event waits still queued: the place of the waiting job -> the stream and place it waits for.
+  std::map<uint64_t, std::pair<StreamState*, uint64_t>> waits;
   std::string error;  // the first failure of queued work, raised at the next synchronize
+  // Quiet (not busy): idle, or blocked in a sleep or an event wait. Busy: running a job, or holding queued work
+  // it could run. A hurried sleep ends only once no stream is busy (busy_streams, below).
+  bool running = false;
+  bool blocked = false;
+  bool counted_busy = false;
 
   StreamState(int d, int64_t i) : device(d), id(i) {
     std::thread([this] { serve(); }).detach();  // streams live for the process, like CUDA's
@@ -51,6 +71,8 @@ struct StreamState {
         cv.wait(lock, [this] { return !queue.empty(); });
         job = std::move(queue.front());
         queue.pop_front();
+        running = true;
+        refresh();
       }
       std::string failed;
       try {
@@ -63,9 +85,21 @@ struct StreamState {
         std::lock_guard<std::mutex> lock(m);
         if (!failed.empty() && error.empty()) error = failed;
         ++completed;
+        waits.erase(waits.begin(), waits.upper_bound(completed));
+        running = false;
+        refresh();
       }
       cv.notify_all();
     }
+  }
+
+  // With m held: count this stream among the busy ones, or not, as it is now.
+  void refresh();
+
+  // With m held: the worker is blocked in a sleep or an event wait from now, or no longer.
+  void set_blocked(bool now) {
+    blocked = now;
+    refresh();
   }
 
   void raise_error(std::unique_lock<std::mutex>& lock) {
@@ -76,6 +110,28 @@ struct StreamState {
     TORCH_CHECK(false, "sim: work queued on sim:", device, " stream ", id, " failed: ", message);
   }
 };
+
+// How many streams are busy (StreamState::refresh) and how many asleep, under their own lock, taken
+// after a stream's.
+std::mutex quiet_mutex;
+std::condition_variable quiet_cv;
+int busy_streams = 0;
+int sleeping_streams = 0;
+
+void count_sleeping(int delta) {
+  std::lock_guard<std::mutex> lock(quiet_mutex);
+  sleeping_streams += delta;
+  quiet_cv.notify_all();
+}
+
+void StreamState::refresh() {
+  bool busy = !blocked && (running || !queue.empty());
+  if (busy == counted_busy) return;
+  counted_busy = busy;
+  std::lock_guard<std::mutex> lock(quiet_mutex);
+  busy_streams += busy ? 1 : -1;
+  if (busy_streams == 0) quiet_cv.notify_all();
+}
 
 std::mutex streams_mutex;
 StreamState* streams[kDeviceCount][kPoolStreams + 1] = {};
@@ -166,7 +222,9 @@ void touch(int device) {
 }
 
 // Queue `job` and return its place in the stream's order (its 1-based count): done once completed reaches it.
-uint64_t enqueue_at(int device, int64_t stream, Job job) {
+// `waits_for` (a device-side event wait): the stream and place the job waits for, which a host waiting
+// for this job hurries too.
+uint64_t enqueue_at(int device, int64_t stream, Job job, std::pair<StreamState*, uint64_t> waits_for = {nullptr, 0}) {
   StreamState& s = state(device, stream);
   touch(device);
   {
@@ -180,6 +238,8 @@ uint64_t enqueue_at(int device, int64_t stream, Job job) {
     std::lock_guard<std::mutex> lock(s.m);
     s.queue.push_back(std::move(job));
     place = ++s.enqueued;
+    if (waits_for.first != nullptr) s.waits[place] = waits_for;
+    s.refresh();
   }
   s.cv.notify_all();
   return place;
@@ -193,10 +253,57 @@ void wait_for(StreamState& s, uint64_t place) {
   s.cv.wait(lock, [&] { return s.completed >= place; });
 }
 
+// The host is about to wait for the first `place` jobs of `s`: the sleeps among them end now, and so do
+// those of the jobs their device-side event waits are behind (dependencies point back in time: it ends).
+void hurry(StreamState& s, uint64_t place) {
+  std::vector<std::pair<StreamState*, uint64_t>> behind;
+  {
+    std::lock_guard<std::mutex> lock(s.m);
+    if (place <= s.hurried) return;
+    s.hurried = place;
+    for (auto it = s.waits.begin(); it != s.waits.end() && it->first <= place; ++it) behind.push_back(it->second);
+  }
+  s.cv.notify_all();
+  for (const auto& [other, at] : behind) hurry(*other, at);
+}
+
+// What the host waits for, after hurrying it.
+void host_wait_for(StreamState& s, uint64_t place) {
+  hurry(s, place);
+  wait_for(s, place);
+}
+
+void enqueue_sleep(int device, int64_t stream, std::chrono::duration<double> span) {
+  StreamState* s = &state(device, stream);
+  enqueue(device, stream, [s, span] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(span);
+    std::unique_lock<std::mutex> lock(s->m);
+    uint64_t mine = s->completed + 1;  // the worker runs its queue in order: this job is next
+    s->set_blocked(true);
+    count_sleeping(1);
+    bool hurried = s->cv.wait_until(lock, deadline, [&] { return s->hurried >= mine; });
+    if (hurried) {  // time runs ahead once the other streams have run what they could, and none sleeps
+      lock.unlock();
+      {
+        std::unique_lock<std::mutex> quiet(quiet_mutex);
+        quiet_cv.wait_until(quiet, deadline, [] { return busy_streams == 0 && sleeping_streams == 1; });
+      }
+      lock.lock();
+    }
+    count_sleeping(-1);
+    s->set_blocked(false);
+  });
+}
+
 void synchronize_stream(int device, int64_t stream) {
   StreamState& s = state(device, stream);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(s.m);
+    target = s.enqueued;
+  }
+  hurry(s, target);
   std::unique_lock<std::mutex> lock(s.m);
-  uint64_t target = s.enqueued;
   s.cv.wait(lock, [&] { return s.completed >= target; });
   {
     std::lock_guard<std::mutex> clock(clock_mutex);
@@ -254,7 +361,17 @@ void block_on_event(Event* event, int device, int64_t stream) {
     snapshot = ev->snapshot;
   }
   if (recorded == nullptr) return;  // never recorded: nothing to wait for (torch's rule)
-  enqueue(device, stream, [recorded, place] { wait_for(*recorded, place); });
+  StreamState* self = &state(device, stream);
+  auto wait = [self, recorded, place] {
+    {
+      std::lock_guard<std::mutex> lock(self->m);
+      self->set_blocked(true);
+    }
+    wait_for(*recorded, place);
+    std::lock_guard<std::mutex> lock(self->m);
+    self->set_blocked(false);
+  };
+  enqueue_at(device, stream, wait, {recorded, place});
   std::lock_guard<std::mutex> clock(clock_mutex);
   merge(waited[{device, stream}], snapshot);
 }
@@ -268,7 +385,7 @@ bool query_event(Event* event) {
 
 void synchronize_event(Event* event) {
   auto [recorded, place] = place_of(event->state);
-  if (recorded != nullptr) wait_for(*recorded, place);
+  if (recorded != nullptr) host_wait_for(*recorded, place);
 }
 
 double elapsed_ms(Event* start, Event* end) {
