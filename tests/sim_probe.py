@@ -202,7 +202,7 @@ def check_a_host_wait_runs_time_ahead_only_after_what_other_streams_hold():
     host, queued = _pinned(1 << 12, value=3), torch.full((1 << 12,), 5.0, device="sim:0")
     dev = torch.zeros(1 << 12, device="sim:0")
     caller, private = torch.accelerator.current_stream(0), torch.Stream(device="sim:0")
-    for private_stall in (0, LONG // 16, 0, LONG // 16):
+    for private_stall in (0, LONG // 16) * 8:
         dev.zero_()
         caller.synchronize()
         _stall(0)

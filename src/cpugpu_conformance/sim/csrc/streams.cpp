@@ -279,8 +279,10 @@ void enqueue_sleep(int device, int64_t stream, std::chrono::duration<double> spa
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(span);
     std::unique_lock<std::mutex> lock(s->m);
     uint64_t mine = s->completed + 1;  // the worker runs its queue in order: this job is next
-    s->set_blocked(true);
+    // Counted asleep before it stops counting as busy, and busy again before it stops counting as asleep: a
+    // hurried sleep on another stream never sees this one as neither (and ends before it).
     count_sleeping(1);
+    s->set_blocked(true);
     bool hurried = s->cv.wait_until(lock, deadline, [&] { return s->hurried >= mine; });
     if (hurried) {  // time runs ahead once the other streams have run what they could, and none sleeps
       lock.unlock();
@@ -290,8 +292,8 @@ void enqueue_sleep(int device, int64_t stream, std::chrono::duration<double> spa
       }
       lock.lock();
     }
-    count_sleeping(-1);
     s->set_blocked(false);
+    count_sleeping(-1);
   });
 }
 
