@@ -304,9 +304,8 @@ void synchronize_stream(int device, int64_t stream) {
     std::lock_guard<std::mutex> lock(s.m);
     target = s.enqueued;
   }
-  hurry(s, target);
+  host_wait_for(s, target);
   std::unique_lock<std::mutex> lock(s.m);
-  s.cv.wait(lock, [&] { return s.completed >= target; });
   {
     std::lock_guard<std::mutex> clock(clock_mutex);
     uint64_t& synced = host_synced[{device, stream}];
