@@ -48,6 +48,12 @@ requests, answers = os.fdopen(int(sys.argv[2]), "r"), os.fdopen(int(sys.argv[3])
 # No Python thread may run at the fork. (numpy's OpenBLAS starts a native pool at import, and
 # shuts it down around a fork itself, as multiprocessing's fork start method relies on.)
 alone = threading.active_count() == 1
+# What the imports made lives as long as the server: out of the collector's sight, a child's
+# collections (pytest runs two at the end of every session) walk only what the command made,
+# not torch's million objects, each write of a collection a page copied from the server.
+import gc
+gc.collect()
+gc.freeze()
 answers.write(json.dumps({"ready": alone}) + "\n"); answers.flush()
 
 def child(req):

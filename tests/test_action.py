@@ -223,9 +223,10 @@ def installed_action(tmp_path_factory) -> Path:
     env = dict(suite_env(), GITHUB_ACTION_PATH=str(REPO), PATH=f"{Path(find_uv()).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
-    for offline in ("1", ""):  # uv's cache first (no network), then the index
+    # uv's cache first (no network), then the index (UV_OFFLINE unset: uv refuses an empty one)
+    for tries in ({"UV_OFFLINE": "1"}, {}):
         proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
-                              env=dict(env, UV_OFFLINE=offline), capture_output=True, text=True, timeout=600)
+                              env=dict(env, **tries), capture_output=True, text=True, timeout=600)
         if proc.returncode == 0:
             break
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
