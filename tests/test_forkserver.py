@@ -88,6 +88,23 @@ def test_torch_is_not_used_before_the_command_uses_it(tmp_path):
     assert forked.stdout == fresh([str(script)], tmp_path).stdout, forked.stderr
 
 
+def test_a_childs_collections_walk_only_what_the_command_made(tmp_path):
+    """What the server's imports made is frozen (out of the collector's sight: pytest collects at
+    every session's end, and walking torch's objects would copy their pages); what the command
+    makes is collected as in a fresh interpreter."""
+    script = tmp_path / "gc_probe.py"
+    script.write_text(
+        "import gc, weakref\n"
+        "class Cycle:\n    pass\n"
+        "a = Cycle(); a.me = a; alive = weakref.ref(a); del a\n"
+        "gc.collect()\n"
+        "print(gc.get_freeze_count() > 10_000, alive() is None)\n"
+    )
+    forked = forkserver.run_python([str(script)], cwd=tmp_path, timeout=120)
+    assert forked.stdout == "True True\n", forked.stdout + forked.stderr
+    assert fresh([str(script)], tmp_path).stdout == "False True\n"
+
+
 def test_each_environment_is_served_as_given_and_an_option_is_a_plain_subprocess(tmp_path, monkeypatch):
     script = tmp_path / "env.py"
     script.write_text("import os, sys\nprint(os.environ.get('ONLY_HERE'), sys.flags.isolated)\n")
