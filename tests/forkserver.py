@@ -14,6 +14,8 @@ and nothing else (no torch op, no Python thread: it refuses to serve where one r
 and it serves the environment it was started with, since torch reads some variables at import:
 another environment gets a server of its own. A command with an interpreter option (`-I`, `-X`)
 runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
+One difference is deliberate: what the imports made is frozen (`gc.get_freeze_count()` is not 0),
+as the gc docs advise a fork server; no command of the tests looks at the collector.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 # The server's own code, run as `python -c`: read a request line, fork, answer with the pid, then
 # the wait status. Modules it preloads are the ones every command imports first.
 SERVER = r'''
-import json, os, runpy, sys, threading, traceback
+import gc, json, os, runpy, sys, threading, traceback
 
 def die_with_parent():
     """Linux: SIGKILL when the parent goes (the server with its test worker, a child with the
@@ -44,16 +46,15 @@ die_with_parent()
 PRELOAD = json.loads(sys.argv[1])
 for name in PRELOAD:
     __import__(name)
+# What the imports made lives as long as the server: frozen, out of the collector's sight, so a
+# child's collections (pytest runs two at every session's end) walk only what the command made,
+# not torch's objects, whose pages each walk would copy from the server.
+gc.collect()
+gc.freeze()
 requests, answers = os.fdopen(int(sys.argv[2]), "r"), os.fdopen(int(sys.argv[3]), "w")
 # No Python thread may run at the fork. (numpy's OpenBLAS starts a native pool at import, and
 # shuts it down around a fork itself, as multiprocessing's fork start method relies on.)
 alone = threading.active_count() == 1
-# What the imports made lives as long as the server: out of the collector's sight, a child's
-# collections (pytest runs two at the end of every session) walk only what the command made,
-# not torch's million objects, each write of a collection a page copied from the server.
-import gc
-gc.collect()
-gc.freeze()
 answers.write(json.dumps({"ready": alone}) + "\n"); answers.flush()
 
 def child(req):
