@@ -12,7 +12,8 @@ negative return code).
 Only what a fresh interpreter cannot tell apart goes through it: the zygote imports the modules
 and nothing else (no torch op, no Python thread: it refuses to serve where one runs),
 and it serves the environment it was started with, since torch reads some variables at import:
-another environment gets a server of its own. A command with an interpreter option (`-I`, `-X`)
+another environment gets a server of its own. (Those no import reads, which pytest changes under
+every test, are PER_COMMAND: each child takes its command's whole environment.) A command with an interpreter option (`-I`, `-X`)
 runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
 One difference is deliberate: what the imports made is frozen (`gc.get_freeze_count()` is not 0),
 as the gc docs advise a fork server; no command of the tests looks at the collector.
@@ -66,6 +67,8 @@ def child(req):
         os.dup2(new, fd)
         os.close(new)
     os.chdir(req["cwd"])
+    os.environ.clear()  # the command's own environment (it differs from the server's in PER_COMMAND only)
+    os.environ.update(req["env"])
     kind, target, args = req["kind"], req["target"], req["args"]
     code = 0
     try:
@@ -163,14 +166,15 @@ class Zygote:
         line = self._answers.readline()
         return json.loads(line) if line else None
 
-    def run(self, kind: str, target: str, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    def run(self, kind: str, target: str, args: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess[str]:
         if not Path(cwd).is_dir():  # subprocess.run's error for a missing working directory
             raise FileNotFoundError(2, "No such file or directory", str(cwd))
         with tempfile.TemporaryDirectory(prefix="forkserver-") as tmp:
             stdout, stderr = Path(tmp) / "stdout", Path(tmp) / "stderr"
             stdout.touch()
             stderr.touch()
-            request = {"kind": kind, "target": target, "args": args, "cwd": str(cwd),
+            request = {"kind": kind, "target": target, "args": args, "cwd": str(cwd), "env": env,
                        "stdout": str(stdout), "stderr": str(stderr)}
             self._requests.write(json.dumps(request) + "\n")
             self._requests.flush()
@@ -213,9 +217,19 @@ def _kill_group(pid: int) -> None:
 KEEP = 3
 _zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | None] = {}
 
+# Variables that change from one test to the next, which no preloaded module reads at import:
+# pytest names the running test in PYTEST_CURRENT_TEST. Keyed on them, each test would start
+# servers of its own (1.5-2 s each); a child is handed its command's whole environment instead.
+PER_COMMAND = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+def server_key(env: dict[str, str], preload: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """Which server runs a command under ``env``: one per environment, less PER_COMMAND."""
+    return tuple(sorted((k, v) for k, v in env.items() if k not in PER_COMMAND)), preload
+
 
 def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
-    key = (tuple(sorted(env.items())), preload)
+    key = server_key(env, preload)
     if key in _zygotes:
         zygote = _zygotes.pop(key)
         if zygote is None or not zygote.broken:
@@ -245,5 +259,5 @@ def run_python(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
         kind, target, rest = ("module", args[1], args[2:]) if args[0] == "-m" else ("script", args[0], args[1:])
         zygote = _zygote(env, SUITE_MODULES if kind == "module" else SCRIPT_MODULES)
         if zygote is not None:
-            return zygote.run(kind, target, list(rest), cwd, timeout)
+            return zygote.run(kind, target, list(rest), cwd, env, timeout)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

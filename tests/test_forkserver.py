@@ -118,6 +118,23 @@ def test_each_environment_is_served_as_given_and_an_option_is_a_plain_subprocess
     assert len(forkserver._zygotes) == served
 
 
+def test_a_new_test_reuses_the_server_and_its_command_sees_its_own_environment(tmp_path):
+    """pytest renames PYTEST_CURRENT_TEST under every test: one server serves them all (a server per
+    test would cost each test the imports the server exists to save), and each command sees the
+    environment it was given, that name included or left out."""
+    script = tmp_path / "current.py"
+    script.write_text("import os\nprint(os.environ.get('PYTEST_CURRENT_TEST'), os.environ.get('ONLY_HERE'))\n")
+    base = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    servers = []
+    for name, extra in (("a (call)", {}), ("b (call)", {"ONLY_HERE": "x"}), (None, {"ONLY_HERE": "x"})):
+        env = {**base, **extra, **({"PYTEST_CURRENT_TEST": name} if name else {})}
+        run = forkserver.run_python([str(script)], cwd=tmp_path, env=env, timeout=120)
+        assert run.stdout == f"{name} {extra.get('ONLY_HERE')}\n", run.stdout + run.stderr
+        servers.append(forkserver._zygotes[forkserver.server_key(env, forkserver.SCRIPT_MODULES)])
+    assert servers[1] is servers[2] and servers[0] is not servers[1]
+    assert servers[1].proc.poll() is None
+
+
 def test_servers_beyond_keep_are_closed(tmp_path):
     """Each server holds torch: a run of tests that each change the environment must not pile them up."""
     script = tmp_path / "which.py"
@@ -126,7 +143,7 @@ def test_servers_beyond_keep_are_closed(tmp_path):
     for i in range(forkserver.KEEP + 2):
         env = {**os.environ, "WHICH": str(i)}
         assert forkserver.run_python([str(script)], cwd=tmp_path, env=env, timeout=120).stdout == f"{i}\n"
-        started.append(forkserver._zygotes[(tuple(sorted(env.items())), forkserver.SCRIPT_MODULES)])
+        started.append(forkserver._zygotes[forkserver.server_key(env, forkserver.SCRIPT_MODULES)])
     assert len(forkserver._zygotes) <= forkserver.KEEP
     assert all(z.proc.poll() is not None for z in started[:2]), "an evicted server is still running"
     assert started[-1].proc.poll() is None
