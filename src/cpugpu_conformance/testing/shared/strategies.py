@@ -1,6 +1,14 @@
-"""Hypothesis strategies for the suite: sizes, dtypes of the installed torch, contexts, slice ends."""
+"""Hypothesis strategies for the suite: sizes, dtypes of the installed torch, contexts, slice ends.
+
+Tests ask for their strategies inside each example (the dtypes of the device under test, a slice
+end for the length drawn), and hypothesis validates every new strategy object the first time it is
+drawn from: each factory is cached, so a strategy is built and validated once per process, not once
+per example (about a tenth of a ci run's test time). Strategies are immutable; the draws are the same.
+"""
 
 from __future__ import annotations
+
+from functools import cache
 
 from hypothesis import strategies as st
 
@@ -29,6 +37,7 @@ nonempty_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=MAX_RANK).map(
 ENGINE_SIZES: tuple[tuple[int, ...], ...] = (((1 << 20) + 3,), (1024, 1024), (3, 349_527))
 
 
+@cache
 def contexts_for(device: str) -> st.SearchStrategy[ctx.Context]:
     return st.sampled_from(ctx.contexts_for(device))
 
@@ -42,14 +51,17 @@ def _names(infos: tuple[dtypes.DtypeInfo, ...], engine: bool = False) -> st.Sear
     return st.sampled_from(dtypes.simplest_first(infos))
 
 
+@cache
 def any_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
     return _names(dtypes.all_dtypes(device), engine)
 
 
+@cache
 def numpy_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
     return _names(dtypes.numpy_dtypes(device), engine)
 
 
+@cache
 def non_numpy_dtype(device: str, *, include_bfloat16: bool) -> st.SearchStrategy[dtypes.DtypeInfo]:
     infos = tuple(
         i for i in dtypes.non_numpy_dtypes(device) if include_bfloat16 or i.name != "bfloat16"
@@ -57,6 +69,7 @@ def non_numpy_dtype(device: str, *, include_bfloat16: bool) -> st.SearchStrategy
     return _names(infos)
 
 
+@cache
 def defaults_sensitive_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
     """Any dtype, with the floating ones a default dtype stands in for drawn half the time.
 
@@ -68,14 +81,17 @@ def defaults_sensitive_dtype(device: str, *, engine: bool = False) -> st.SearchS
     return st.one_of(_names(floats, engine), any_dtype(device, engine=engine))
 
 
+@cache
 def byte_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
     return _names(dtypes.byte_dtypes(device), engine)
 
 
+@cache
 def fillable_dtype(device: str, *, engine: bool = False) -> st.SearchStrategy[dtypes.DtypeInfo]:
     return _names(dtypes.fillable_dtypes(device), engine)
 
 
+@cache
 def with_numpy_for(info: dtypes.DtypeInfo) -> st.SearchStrategy[bool]:
     """with_numpy=True is only a valid request for dtypes NumPy can represent. One draw whatever the
     dtype: hypothesis prefers the example with fewer draws, and a dtype without NumPy must not win
@@ -83,16 +99,19 @@ def with_numpy_for(info: dtypes.DtypeInfo) -> st.SearchStrategy[bool]:
     return st.booleans().map(lambda wanted: wanted and info.numpy is not None)
 
 
+@cache
 def pin_memory_for(device: str) -> st.SearchStrategy[bool]:
     """pin_memory=True where pinning does not apply is implementation-defined (promise 11): drawn only where it does."""
     return st.booleans() if devices.get(device).pinning else st.just(False)
 
 
+@cache
 def slice_end(length: int) -> st.SearchStrategy[int | None]:
     """`n` for copy_to_gpu/copy_to_cpu: None, 0..len, beyond len, and negative (slice semantics)."""
     return st.one_of(st.none(), st.integers(-length - 2, length + 3))
 
 
+@cache
 def sizes_for(info: dtypes.DtypeInfo, *, nonempty: bool = False) -> st.SearchStrategy[tuple[int, ...]]:
     """Sizes torch itself can allocate for the dtype: bits and sub-byte kinds fail on zero size."""
     return nonempty_sizes if nonempty or not info.zeros_empty else sizes
