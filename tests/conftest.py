@@ -7,10 +7,31 @@ rest and a GPU machine runs everything.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 from device_marker import missing_device
 
 from cpugpu_conformance.testing.shared import marks
+
+
+def share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, torch's intra-op threads in each worker (and in the suite runs it starts,
+    which inherit the environment) are the worker's share of the cores, as OMP_NUM_THREADS sets them:
+    two workers on two cores, each running a suite whose torch spins two threads, lose a sixth of
+    their time to each other. Not where the caller set a count; the tests about thread counts set
+    their own (test_threads.py)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    count = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(count)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(count)
+
+
+share_the_cores_between_workers()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -62,15 +62,18 @@ def suite_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
 
 
-def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600, fork: bool = True) -> SuiteRun:
+def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 600, fork: bool = True,
+              env: dict[str, str] | None = None) -> SuiteRun:
     """`python -m pytest conformance ...` from the fork server (forkserver.py: the same command, less
-    the imports every run repeats); fork=False for a test about what the process itself imports."""
+    the imports every run repeats); fork=False for a test about what the process itself imports.
+    ``env``: the environment (default: suite_env())."""
     result_path = tmp_path / "cell.json"
     cmd = suite_command(result_path, *args, profile=profile)
+    env = suite_env() if env is None else env
     if fork:
-        proc = forkserver.run_python(cmd[1:], cwd=REPO, env=suite_env(), timeout=timeout)
+        proc = forkserver.run_python(cmd[1:], cwd=REPO, env=env, timeout=timeout)
     else:
-        proc = subprocess.run(cmd, cwd=REPO, env=suite_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     return SuiteRun(proc.returncode, proc.stdout, proc.stderr, result)
 

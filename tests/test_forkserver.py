@@ -224,3 +224,27 @@ def test_a_missing_script_or_folder_is_what_python_and_subprocess_say(tmp_path):
     assert forked.stderr == plain.stderr, (forked.stderr, plain.stderr)
     with pytest.raises(FileNotFoundError):
         forkserver.run_python([str(missing)], cwd=tmp_path / "no-such-folder", timeout=120)
+
+
+def test_each_test_worker_gives_its_runs_its_share_of_the_cores(monkeypatch):
+    """conftest.py: two workers on this machine's cores, each with torch's own count of threads in
+    every suite run, would spin against each other; a count the caller set is kept."""
+    import conftest
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        conftest.share_the_cores_between_workers()
+        share = max(1, (os.cpu_count() or 1) // 2)
+        assert os.environ["OMP_NUM_THREADS"] == str(share) and torch.get_num_threads() == share
+        monkeypatch.setenv("OMP_NUM_THREADS", "7")
+        conftest.share_the_cores_between_workers()
+        assert os.environ["OMP_NUM_THREADS"] == "7"
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+        conftest.share_the_cores_between_workers()
+        assert "OMP_NUM_THREADS" not in os.environ
+    finally:
+        torch.set_num_threads(before)

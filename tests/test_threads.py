@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 import torch
 from suite_runner import REPO, run_script, run_suite, suite_command, suite_env
@@ -86,9 +87,15 @@ def test_the_shipped_suite_catches_it_in_a_process_that_starts_with_one_thread(t
 
 
 def test_the_shipped_suite_with_the_machines_count_catches_it_too(tmp_path):
-    run = run_suite(tmp_path, "--impl", SPEC, "--promise", "8", "--device", "cpu")
+    # torch's own count: not the share of the cores a test worker gives its runs (conftest.py)
+    env = {k: v for k, v in suite_env().items() if k != "OMP_NUM_THREADS"}
+    run = run_suite(tmp_path, "--impl", SPEC, "--promise", "8", "--device", "cpu", env=env)
     assert run.returncode == 1 and run.verdict("8") == "failed", run.stdout[-3000:]
     ran = run.result["environment"]["intra_op_threads"]
+    count = tmp_path / "count.py"
+    count.write_text("import torch\nprint(torch.get_num_threads())\n")
+    machines = forkserver.run_python([str(count)], cwd=tmp_path, env=env, timeout=120).stdout
+    assert ran["tests"] == int(machines), (ran, machines)
     assert ran["copies"][0] == 1 and ran["copies"][1] >= max(2, ran["tests"]), ran
 
 
