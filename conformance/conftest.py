@@ -14,6 +14,7 @@ passed, 1 one failed, 5 nothing tested, 6 some untested).
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -80,6 +81,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # and a team's own pytest do, and the copies run each check with one thread and with several
     # (cpugpu_conformance.testing.shared.threads); a class whose copy depends on the count is seen the same
     # way here and there. The result file's environment says which counts ran.
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """This process runs the suite once and ends: what its start made (torch, hypothesis, the class
+    under test, the collected tests) lives as long. Frozen out of the collector's sight, it is not
+    walked again by the full collections a run makes (hypothesis's at its first example, pytest's
+    at the end), which then see only what the tests made: a tenth of a second each, with torch's
+    objects. What the tests make is collected as ever; the tests run nothing else differently."""
+    gc.freeze()
 
 
 def _hands_tests_to_workers(config: pytest.Config) -> bool:

@@ -73,6 +73,42 @@ def test_xdist_controller_imports_no_torch(tmp_path):
     assert json.loads(probe.read_text()) == []
 
 
+GC_PROBE_IMPL = """
+import gc, pathlib, weakref
+
+from cpugpu_conformance.reference import CpuGpuBuffer
+
+PROBE = pathlib.Path({probe!r})
+
+
+class Cycle:
+    pass
+
+
+class GcProbe(CpuGpuBuffer):
+    def __init__(self, *size, **kwargs):
+        made = Cycle()
+        made.me = made
+        alive = weakref.ref(made)
+        del made
+        gc.collect()
+        PROBE.write_text(f"{{gc.get_freeze_count() > 10_000}} {{alive() is None}}")
+        super().__init__(*size, **kwargs)
+"""
+
+
+def test_what_the_start_made_is_frozen_and_what_the_tests_make_is_collected(tmp_path):
+    """conftest.py freezes what the suite's start made (torch's objects among it): the full collections
+    of a run walk only what the tests make, and that is collected as ever. A fresh process, as a user runs
+    it (the tests' fork server freezes its own imports)."""
+    probe = tmp_path / "gc.txt"
+    impl = tmp_path / "gc_probe.py"
+    impl.write_text(GC_PROBE_IMPL.format(probe=str(probe)))
+    proc = pytest_suite("--impl", f"{impl}:GcProbe", "--promise", "2", "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert probe.read_text() == "True True"
+
+
 def test_class_that_kills_every_worker_at_import_is_never_a_pass(tmp_path):
     """The controller of -n does not import the class; a class whose import kills the process
     takes every worker down: the run ends, non-zero, saying nothing was tested."""
