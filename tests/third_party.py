@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import inspect
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import forkserver
 from suite_runner import TESTS, outside_env
 
 from cpugpu_conformance import reference, results, variants
@@ -268,8 +270,12 @@ def run_project(bin_dir: Path, project: Path, *args: str, result: str | None = N
     ``--cpugpu-cell-result RESULT`` when given), its JUnit XML read back."""
     junit = project / "junit.xml"
     extra = ["--cpugpu-cell-result", result] if result else []
-    proc = subprocess.run([str(bin_dir / "pytest"), f"--junitxml={junit}", *extra, *args], cwd=project,
-                          env=outside_env(), capture_output=True, text=True, timeout=timeout)
+    command = [str(bin_dir / "pytest"), f"--junitxml={junit}", *extra, *args]
+    if Path(bin_dir).resolve() == Path(sys.executable).parent.resolve():
+        # The tests' own environment: its console script, from the fork server (torch imported once).
+        proc = forkserver.run_python(command, cwd=project, env=outside_env(), timeout=timeout)
+    else:
+        proc = subprocess.run(command, cwd=project, env=outside_env(), capture_output=True, text=True, timeout=timeout)
     cases = _cases(junit) if junit.exists() else []
     return ProjectRun(project, proc.returncode, proc.stdout, proc.stderr, cases, project / result if result else None)
 
