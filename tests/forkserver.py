@@ -214,7 +214,7 @@ def _kill_group(pid: int) -> None:
 
 # The servers this process keeps, most recently used last. Each holds torch (half a GB): a test that
 # changes the environment gets a server of its own, and the oldest is closed beyond KEEP.
-KEEP = 3
+KEEP = 5  # the environments the tests use: the suite's, the caller's, outside_env()'s, each for modules and scripts
 _zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | None] = {}
 
 # Variables that change from one test to the next, which no preloaded module reads at import:

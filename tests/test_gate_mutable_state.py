@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 import result_factory as rf
 from suite_runner import outside_env
@@ -42,8 +41,8 @@ def _run_states(folder: Path, cls: str) -> dict:
     (folder / "conftest.py").write_text('pytest_plugins = ["cpugpu_conformance.testing.plugin"]\n')
     (folder / "test_engine.py").write_text(STATES.format(cls=cls))
     result = folder / "cell.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--cpugpu-cell-result",
-                           str(result)], cwd=folder, env=outside_env(), capture_output=True, text=True, timeout=300)
+    proc = forkserver.run_python(["-m", "pytest", "-p", "no:cacheprovider", "-q", "--cpugpu-cell-result", str(result)],
+                                 cwd=folder, env=outside_env(), timeout=300)
     assert proc.returncode == (0 if cls == "Fixed" else 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(result.read_text())
 

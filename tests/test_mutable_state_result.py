@@ -6,10 +6,9 @@ override, a hook that rewrites reports) never makes a pass, and the exit code sa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 from suite_runner import outside_env
 from third_party import REWRITE_FAILURES, SEED_STATES
@@ -41,9 +40,8 @@ def run(tmp_path: Path, *args: str, cls: str = "Fixed", body: str = "", conftest
     (tmp_path / "conftest.py").write_text(CONFTEST + conftest)
     (tmp_path / "test_state.py").write_text(STATES.format(cls=cls, body=body))
     result = tmp_path / "cell.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "--cpugpu-cell-result", str(result), *args], cwd=tmp_path, env=outside_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = forkserver.run_python(["-m", "pytest", "-p", "no:cacheprovider", "-q", "--cpugpu-cell-result", str(result),
+                                  *args], cwd=tmp_path, env=outside_env(), timeout=300)
     data = json.loads(result.read_text()) if result.exists() else None
     return proc, data
 

@@ -136,14 +136,14 @@ def test_the_lock_takes_a_new_path_an_empty_file_and_one_of_our_results(tmp_path
 
 
 def _pytest(tmp_path: Path, *args: str):
-    import subprocess
-    import sys
 
     from suite_runner import outside_env
 
     (tmp_path / "test_nothing.py").write_text("def test_one():\n    pass\n")
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args], cwd=tmp_path,
-                          env=outside_env(), capture_output=True, text=True, timeout=300)
+    import forkserver
+
+    return forkserver.run_python(["-m", "pytest", "-p", "no:cacheprovider", "-q", *args], cwd=tmp_path,
+                                 env=outside_env(), timeout=300)
 
 
 @pytest.mark.parametrize("extra", [["--bogus"], []], ids=["refused-command-line", "accepted-command-line"])

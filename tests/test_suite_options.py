@@ -10,19 +10,23 @@ import subprocess
 import sys
 import time
 
+import forkserver
 import numpy
 import pytest
 import torch
-from suite_runner import REPO, SLEEPING_IMPL, TESTS, default_sigint, run_suite
+from suite_runner import REPO, SLEEPING_IMPL, TESTS, default_sigint, run_suite, suite_env
 
 from cpugpu_conformance import results
 
 
-def pytest_suite(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=timeout,
-    )
+def pytest_suite(*args: str, timeout: float = 300, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest conformance ARGS`: from the fork server, or (fresh, or -n: xdist's controller
+    imports no torch) a process of its own."""
+    command = ["-m", "pytest", "conformance", "-p", "no:cacheprovider", *args]
+    if not fresh and "-n" not in args:
+        return forkserver.run_python(command, cwd=REPO, env=suite_env(), timeout=timeout)
+    return subprocess.run([sys.executable, *command], cwd=REPO, env=suite_env(), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +108,7 @@ def test_what_the_start_made_is_frozen_and_what_the_tests_make_is_collected(tmp_
     probe = tmp_path / "gc.txt"
     impl = tmp_path / "gc_probe.py"
     impl.write_text(GC_PROBE_IMPL.format(probe=str(probe)))
-    proc = pytest_suite("--impl", f"{impl}:GcProbe", "--promise", "2", "--device", "cpu")
+    proc = pytest_suite("--impl", f"{impl}:GcProbe", "--promise", "2", "--device", "cpu", fresh=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert probe.read_text() == "True True"
 
