@@ -6,6 +6,8 @@ depends on the thread count shows with one of them only, and engines run with se
 
 from __future__ import annotations
 
+from functools import cache
+
 import pytest
 import torch
 from hypothesis import strategies as st
@@ -42,6 +44,12 @@ def in_each_thread_count(sc, check):
         torch.set_num_threads(before)
 
 
+@cache
+def copy_calls(length: int) -> st.SearchStrategy:
+    """One to five copies, each a direction and an n; built once per length (why: shared/strategies.py)."""
+    return st.lists(st.tuples(st.sampled_from(checks.COPY_METHODS), s.slice_end(length)), min_size=1, max_size=5)
+
+
 class CopyTests(BufferTests):
     """Promise 8: copy_to_gpu(n) and copy_to_cpu(n) copy [:n] with slice semantics and return it."""
 
@@ -62,8 +70,7 @@ class StoragesForLifeTests(BufferTests):
         sc = self.build(record, device, data, s.byte_dtype(device))
         sc.call(checks.capture, into=("captured", "storages"))
         length = sc["size"][0]
-        calls = data.draw(st.lists(st.tuples(st.sampled_from(checks.COPY_METHODS), s.slice_end(length)),
-                                   min_size=1, max_size=5), label="copies")
+        calls = data.draw(copy_calls(length), label="copies")
         sc.bind(calls=calls)
 
         def copies_then_still_captured():

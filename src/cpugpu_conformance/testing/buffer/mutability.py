@@ -9,6 +9,8 @@ PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from hypothesis import strategies as st
 
@@ -148,6 +150,17 @@ def mutations(draw, with_numpy: bool):
     return target, op, draw(st.integers(0, 3)), draw(st.booleans())
 
 
+# Built once per process, not per example (why: shared/strategies.py).
+@cache
+def mutation_lists(with_numpy: bool) -> st.SearchStrategy:
+    return st.lists(mutations(with_numpy), min_size=1, max_size=4)
+
+
+@cache
+def first_uses(with_numpy: bool) -> st.SearchStrategy:
+    return st.sampled_from(FIRST_USES if with_numpy else FIRST_USES[:-1])
+
+
 class MutabilityTests(BufferTests):
     """Promise 3: mutable wherever made, and wherever first used, inside and outside inference mode."""
 
@@ -156,8 +169,7 @@ class MutabilityTests(BufferTests):
         """Built in a drawn context, and first used there too (FIRST_USES, drawn): then written in place."""
         context = data.draw(s.contexts_for(device), label="context")
         sc = self.build(record, device, data, s.fillable_dtype(device), context=context, construct=False)
-        uses = FIRST_USES if sc["with_numpy"] else FIRST_USES[:-1]
-        first_use = data.draw(st.sampled_from(uses), label="first use")
+        first_use = data.draw(first_uses(sc["with_numpy"]), label="first use")
         constructor = constructor_promise(P.MUTABLE, context)
         if first_use == "construct":
             construct_blamed(record, constructor, lambda: construct_in(sc, context))
@@ -170,7 +182,7 @@ class MutabilityTests(BufferTests):
                 raise
         sc.call(not_inference)
         sc.call(plain_tensors, into=("model_cpu", "model_gpu"))
-        drawn = data.draw(st.lists(mutations(sc["with_numpy"]), min_size=1, max_size=4), label="mutations")
+        drawn = data.draw(mutation_lists(sc["with_numpy"]), label="mutations")
         for target, op, k, inside in drawn:
             sc.call(mutate, Name("buf"), Name("model_cpu"), Name("model_gpu"), target=target, op=op, k=k,
                     inside_inference_mode=inside)

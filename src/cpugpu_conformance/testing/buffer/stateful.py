@@ -13,6 +13,7 @@ PYTEST_DONT_REWRITE (why: cpugpu_conformance.testing's docstring).
 from __future__ import annotations
 
 import sys
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -129,9 +130,11 @@ INVARIANT = (
 PROMISES = tuple(sorted((promise for promise, _ in INVARIANT if promise != P.TWO_STORAGES), key=int))
 
 
-def _model_dtypes(device: str, shard: str) -> tuple[dtypes.DtypeInfo, ...]:
+@cache
+def _model_dtypes(device: str, shard: str) -> st.SearchStrategy[dtypes.DtypeInfo]:
+    """The shard's dtypes the model holds, built once per process (why: shared/strategies.py)."""
     names = MODEL_DTYPES[shard]
-    return tuple(i for i in dtypes.all_dtypes(device) if i.name in names and i.copyable and i.fillable)
+    return st.sampled_from(tuple(i for i in dtypes.all_dtypes(device) if i.name in names and i.copyable and i.fillable))
 
 
 class BufferStateMachine(RuleBasedStateMachine):
@@ -159,7 +162,7 @@ class BufferStateMachine(RuleBasedStateMachine):
 
     @initialize(data=st.data())
     def construct(self, data):
-        info = data.draw(st.sampled_from(_model_dtypes(self.device, self.shard)), label="dtype")
+        info = data.draw(_model_dtypes(self.device, self.shard), label="dtype")
         self.sc = self.suite.scenario(
             self.record, self.device, title="state machine: writes, copies and inference mode",
             size=data.draw(s.sizes, label="size"),
