@@ -13,8 +13,8 @@ Only what a fresh interpreter cannot tell apart goes through it: the zygote impo
 and nothing else (no torch op, no Python thread: it refuses to serve where one runs),
 and it serves the environment it was started with, since torch reads some variables at import:
 another environment gets a server of its own. (Those no import reads, which pytest changes under
-every test, are PER_COMMAND: each child takes its command's whole environment.) A command with an interpreter option (`-I`, `-X`)
-runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
+every test, are PER_COMMAND: each child takes its command's whole environment.) A command with an
+interpreter option (`-I`, `-X`) runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
 One difference is deliberate: what the imports made is frozen (`gc.get_freeze_count()` is not 0),
 as the gc docs advise a fork server; no command of the tests looks at the collector.
 """

@@ -78,6 +78,16 @@ def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 
     return SuiteRun(proc.returncode, proc.stdout, proc.stderr, result)
 
 
+def run_pytest(args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float,
+               fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` from the fork server; in a process of its own when asked (fresh) and under
+    `-n`, whose xdist controller imports no torch (a forked one would have it already)."""
+    command = ["-m", "pytest", *args]
+    if not fresh and "-n" not in args:
+        return forkserver.run_python(command, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def run_script(tmp_path: Path, source: str, name: str = "reproducer.py") -> subprocess.CompletedProcess[str]:
     """`python NAME` in tmp_path (a reproducer, as a user runs it), from the fork server."""
     path = tmp_path / name

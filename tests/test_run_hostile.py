@@ -17,10 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import forkserver
 import pytest
 import result_factory as rf
-from suite_runner import REPO, start_sleeping_suite, suite_command, suite_env
+from suite_runner import REPO, run_pytest, start_sleeping_suite, suite_command, suite_env
 
 from cpugpu_conformance import results
 
@@ -271,12 +270,8 @@ def test_sys_exit_while_the_class_is_imported_is_a_bad_impl(tmp_path, how):
     else:
         # Under -n 2 with no result file the workers import the class and hand the refusal back.
         extra = ("-n", "2") if how.endswith("-n 2") else ("--cell-result", str(path))
-        cmd = ["-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--impl", spec, *extra]
-        if "-n" in extra:  # xdist's controller, as a process of its own
-            proc = subprocess.run([sys.executable, *cmd], cwd=REPO, env=suite_env(), capture_output=True, text=True,
-                                  timeout=600)
-        else:
-            proc = forkserver.run_python(cmd, cwd=REPO, env=suite_env(), timeout=600)
+        proc = run_pytest(["conformance", "-p", "no:cacheprovider", "-q", "--impl", spec, *extra], cwd=REPO,
+                          env=suite_env(), timeout=600)
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
     assert f"--impl '{spec}': importing it called sys.exit(0)" in one_line(proc)
     if "-n 2" not in how:

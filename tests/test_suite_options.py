@@ -10,23 +10,18 @@ import subprocess
 import sys
 import time
 
-import forkserver
 import numpy
 import pytest
 import torch
-from suite_runner import REPO, SLEEPING_IMPL, TESTS, default_sigint, run_suite, suite_env
+from suite_runner import REPO, SLEEPING_IMPL, TESTS, default_sigint, run_pytest, run_suite, suite_env
 
 from cpugpu_conformance import results
 
 
 def pytest_suite(*args: str, timeout: float = 300, fresh: bool = False) -> subprocess.CompletedProcess[str]:
-    """`python -m pytest conformance ARGS`: from the fork server, or (fresh, or -n: xdist's controller
-    imports no torch) a process of its own."""
-    command = ["-m", "pytest", "conformance", "-p", "no:cacheprovider", *args]
-    if not fresh and "-n" not in args:
-        return forkserver.run_python(command, cwd=REPO, env=suite_env(), timeout=timeout)
-    return subprocess.run([sys.executable, *command], cwd=REPO, env=suite_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    """`python -m pytest conformance ARGS` (suite_runner.run_pytest: forked, or fresh)."""
+    return run_pytest(["conformance", "-p", "no:cacheprovider", *args], cwd=REPO, env=suite_env(), timeout=timeout,
+                      fresh=fresh)
 
 
 @pytest.mark.parametrize(
