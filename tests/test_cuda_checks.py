@@ -547,6 +547,7 @@ from cpugpu_conformance import devices
 
 _environment = devices.environment
 devices.unavailable = lambda: {}
+devices.unavailable_to_run = lambda option: {}
 devices.environment = lambda: {**_environment(), "cuda_available": True, "gpu_name": "simulated"}
 '''
 

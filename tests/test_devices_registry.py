@@ -53,6 +53,29 @@ def test_sim_can_be_tested_wherever_it_can_be_built_and_is_an_accelerator_only_o
     assert devices.accelerators({}) == ("cuda", "sim")
 
 
+def test_a_run_asks_what_sim_lacks_only_when_it_names_sim_or_sim_is_loaded(monkeypatch):
+    """What sim lacks is found by importing torch's C++ extension tools and running ninja: a run that
+    leaves sim out (the default, all, cpu, cuda) does not pay for it; one that names it, or runs where
+    it is loaded already (torch's accelerator then), does."""
+    asked: list[str] = []
+
+    def lacking(loaded: bool):
+        return dataclasses.replace(devices.SIM, missing=lambda: asked.append("sim") or "sim: no compiler (for this test)",
+                                   loaded=lambda: loaded)
+
+    monkeypatch.setitem(devices.REGISTRY, "sim", lacking(False))
+    for option in (None, "all", "cpu", "cuda"):
+        assert "sim" not in devices.unavailable_to_run(option), option
+    assert not asked
+    assert devices.unavailable_to_run("sim")["sim"] == "sim: no compiler (for this test)" and asked == ["sim"]
+    assert devices.unavailable()["sim"] == "sim: no compiler (for this test)"  # the whole registry's answer, as before
+    monkeypatch.setitem(devices.REGISTRY, "sim", lacking(True))
+    assert devices.unavailable_to_run(None)["sim"] == "sim: no compiler (for this test)"
+    # The other devices are the same either way.
+    assert {k: v for k, v in devices.unavailable_to_run("cpu").items() if k != "sim"} == \
+        {k: v for k, v in devices.unavailable().items() if k != "sim"}
+
+
 def test_what_only_cuda_has_is_stated_by_the_registry():
     assert not devices.CPU.pinning and devices.CUDA.pinning
     assert devices.CPU.sync is devices.nothing_queued and devices.CUDA.sync is devices.cuda_sync  # tests/test_cuda_checks.py

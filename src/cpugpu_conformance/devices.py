@@ -367,6 +367,15 @@ def unavailable() -> dict[str, str]:
     return {d.name: reason for d in REGISTRY.values() if (reason := d.missing_reason()) is not None}
 
 
+def unavailable_to_run(option: str | None) -> dict[str, str]:
+    """unavailable(), as a run with --device ``option`` (None: the default) needs it: a device tested
+    only by name (sim) that the option does not name, and that is not loaded, is left out. The run
+    leaves it out whatever it lacks, and finding out what it lacks imports torch's C++ extension
+    tools and runs ninja: a tenth of a second of every suite run."""
+    return {d.name: reason for d in REGISTRY.values()
+            if (not d.by_name_only or option == d.name or d.loaded()) and (reason := d.missing_reason()) is not None}
+
+
 def accelerators(unavailable: Mapping[str, str]) -> tuple[str, ...]:
     """The devices pinned memory serves that this machine has, given what it lacks (`unavailable()`)."""
     return tuple(d.name for d in REGISTRY.values() if d.pinning and d.name not in unavailable and d.loaded())

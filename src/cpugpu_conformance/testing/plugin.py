@@ -155,7 +155,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     option = config.getoption("cpugpu_device")
     try:
-        plan = plan_devices(option, devices.unavailable(), flags(config))
+        plan = plan_devices(option, devices.unavailable_to_run(option), flags(config))
     except pytest.UsageError as exc:
         config.stash[PLAN] = refused_plan(option)
         record_usage_error(start_recorder(config, None), exc)
@@ -306,7 +306,7 @@ def _plan(config: pytest.Config) -> DevicePlan:
     plan = config.stash.get(PLAN, None)
     if plan is None:
         assert not _hands_tests_to_workers(config), "tests are made where they run, not in xdist's controller"
-        plan = config.stash[PLAN] = plan_devices(None, devices.unavailable(), flags(config))
+        plan = config.stash[PLAN] = plan_devices(None, devices.unavailable_to_run(None), flags(config))
     return plan
 
 
