@@ -61,7 +61,7 @@ class DevicePlan:
 
 def plan_devices(option: str | None, unavailable: Mapping[str, str], spelling: Mapping[str, str] = FLAGS) -> DevicePlan:
     """--device NAME|all, or None: every device this machine has. ``unavailable``: device -> why
-    this machine cannot test it (devices.unavailable()). A device tested only by name (sim) is
+    this machine cannot test it (devices.unavailable_to_run(option)). A device tested only by name (sim) is
     left out of the default and of `all`, and readied here (loaded) when it is the one asked for."""
     check_device_option(option, spelling)
     unavailable = dict(unavailable)
