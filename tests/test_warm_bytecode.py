@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import pytest
+from suite_runner import REPO
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "warm_bytecode.py"
 
@@ -29,6 +31,45 @@ def test_it_compiles_what_it_is_given_even_where_bytecode_is_not_written(warm, t
     monkeypatch.setattr(warm.sys, "dont_write_bytecode", True)
     warm.compile_sources()
     assert [p.name.split(".")[0] for p in (tmp_path / "__pycache__").iterdir()] == ["mod"]
+
+
+def test_it_passes_over_what_no_process_of_the_tests_imports(warm, tmp_path, monkeypatch):
+    purelib = tmp_path / "site-packages"
+    for name in ("sympy/core.py", "torch/_inductor/ir.py", "torch/_dynamo/eval_frame.py", "torch/nn.py",
+                 "torch/_inductor_not/kept.py", "numpy/core.py"):
+        (purelib / name).parent.mkdir(parents=True, exist_ok=True)
+        (purelib / name).write_text("X = 1\n")
+    monkeypatch.setattr(warm, "CHECKOUT", [])
+    monkeypatch.setattr(warm.sysconfig, "get_paths", lambda: {"purelib": str(purelib)})
+    warm.compile_sources()
+    compiled = sorted(str(p.parent.parent.relative_to(purelib) / p.name.split(".")[0]) for p in purelib.rglob("*.pyc"))
+    assert compiled == ["numpy/core", "torch/_inductor_not/kept", "torch/nn"]
+
+
+# What the tests' processes import: the suite run in-process (its plugin, torch's ops), the tools, and
+# what building and loading sim imports (its C++ extension tools).
+IMPORTS_OF_THE_TESTS = f"""
+import sys, tempfile
+import pytest
+import cpugpu_conformance.cli, cpugpu_conformance.report, cpugpu_conformance.runner, cpugpu_conformance.matrix
+import cpugpu_conformance.testing.engine.mutable_state, cpugpu_conformance.results
+import cpugpu_conformance.sim.build
+from torch.utils import cpp_extension
+with tempfile.TemporaryDirectory() as tmp:
+    code = pytest.main([{str(REPO / "conformance")!r}, "-q", "-p", "no:cacheprovider", "--promise", "1,3",
+                        "--device", "cpu", "--cell-result", tmp + "/cell.json"])
+print(sorted(name for name in sys.modules if name.replace(".", "/").startswith(tuple(NOT_IMPORTED))), code)
+"""
+
+
+def test_no_process_of_the_tests_imports_what_it_passes_over(warm, tmp_path):
+    """NOT_IMPORTED is left cold on purpose: if a torch or a change of ours starts importing one of
+    them, the tests' processes compile it each time (PYTHONDONTWRITEBYTECODE), and this says which."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"NOT_IMPORTED = {warm.NOT_IMPORTED!r}\n" + IMPORTS_OF_THE_TESTS)
+    run = forkserver.run_python([str(probe)], cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "[] 0", run.stdout[-2000:]
 
 
 @pytest.mark.parametrize(("outcome", "code", "said"), [
