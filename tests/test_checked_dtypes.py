@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from suite_runner import run_suite
 
 from cpugpu_conformance.testing.shared import dtypes
@@ -35,3 +37,27 @@ def test_the_page_shows_them_on_demand(tmp_path):
     compat = json.loads((tmp_path / "compat" / "compat.json").read_text(encoding="utf-8"))
     [cell] = compat["cells"]
     assert "bfloat16" in cell["promises"]["6"]["devices"]["cpu"]["dtypes"]
+
+
+def test_a_kernel_that_fails_only_at_the_wait_is_blamed_on_its_own_dtype(monkeypatch):
+    """An accelerator may fail a queued kernel when it runs, not when it is called (sim runs each on
+    its stream's worker; torch 2.14's bcomplex32 has no CPU fill_): the probe waits after each step,
+    so the failure marks that dtype and step, not the next dtype's first wait (CI, torch 2.14.1 on
+    sim: bcomplex32 read as fillable, and promise 3's test drew it and failed)."""
+    pending: list[str] = []
+    real_fill = torch.Tensor.fill_
+
+    def fill_that_fails_later(self, value):
+        if self.dtype == torch.float64:
+            pending.append("fill_ has no kernel for float64 (for this test)")
+        return real_fill(self, value)
+
+    def settled(device):  # the wait, where a queued failure surfaces
+        if pending:
+            raise RuntimeError(pending.pop())
+
+    monkeypatch.setattr(torch.Tensor, "fill_", fill_that_fails_later)
+    monkeypatch.setattr(dtypes, "_settled", settled)
+    wide, after = (dtypes._probe(d, "cpu") for d in (torch.float64, torch.int32))
+    assert not wide.fillable and (wide.copyable, wide.zeros_empty, wide.zeros_large) == (True, True, True)
+    assert after == dtypes._probe(torch.int32, "cpu") and after.fillable and after.numpy == "int32"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cpugpu_conformance import devices
+
 # Above every engine size the suite draws (strategies.ENGINE_SIZES), in elements.
 LARGE = (1 << 20) + 8
 
@@ -31,10 +33,20 @@ class DtypeInfo:
         return str(self.dtype)
 
 
+def _settled(device: str) -> None:
+    """Wait for what the probe queued on ``device``. An accelerator may run a kernel after the call
+    returns (sim runs each on its stream's worker, and a dtype's missing kernel fails there): its
+    failure would surface at the next wait, in the next dtype's probe, and the dtype that failed
+    would read as fillable (torch 2.14's bcomplex32 on sim: fill_ has no CPU kernel for it)."""
+    where = torch.device(device)
+    devices.get(where.type).sync(where)
+
+
 def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
     name = str(dtype).removeprefix("torch.")
     try:
         t = torch.zeros(2, dtype=dtype, device=device)
+        _settled(device)
     except Exception:  # quantized dtypes cannot even be made with zeros
         return None
     try:
@@ -49,22 +61,26 @@ def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
     try:
         torch.zeros(2, dtype=dtype, device=device).copy_(t)
         torch.zeros(2, dtype=dtype).copy_(t)  # and across devices
+        _settled(device)
         copyable = True
     except Exception:
         copyable = False
     try:
         t.fill_(1)
         t[0] = 0
+        _settled(device)
         fillable = True
     except Exception:
         fillable = False
     try:
         torch.zeros(0, dtype=dtype, device=device)
+        _settled(device)
         zeros_empty = True
     except Exception:
         zeros_empty = False
     try:
         torch.zeros(LARGE, dtype=dtype, device=device)
+        _settled(device)
         zeros_large = True
     except Exception:
         zeros_large = False
