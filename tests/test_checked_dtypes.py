@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import torch
-
 from suite_runner import run_suite
 
 from cpugpu_conformance.testing.shared import dtypes
