@@ -30,6 +30,16 @@ from .devices_cuda import (  # noqa: F401
     default_device_cuda,
     last_device_is_current,
 )
+# sim's, likewise.
+from .devices_sim import (  # noqa: F401
+    _sim_limit_of_release,
+    _sim_loaded,
+    _sim_missing,
+    _sim_prepare,
+    _sim_release_limit,
+    default_device_sim,
+    sim_capture,
+)
 
 
 def _always_here() -> str | None:
@@ -222,66 +232,6 @@ def accelerator_sync(device):
     indices = [device.index] if device.index is not None else range(torch.accelerator.device_count())
     for index in indices:
         torch.accelerator.current_stream(index).synchronize()
-
-
-# --- sim, the project's simulated accelerator (cpugpu_conformance.sim)
-
-
-def _sim_missing() -> str | None:
-    from . import sim
-
-    return sim.missing()
-
-
-def _sim_loaded() -> bool:
-    from . import sim
-
-    return sim.loaded()
-
-
-def _sim_release_limit() -> str | None:
-    from . import sim
-
-    return sim.torch_too_old()
-
-
-def _sim_limit_of_release(release: str) -> str | None:
-    from . import sim
-
-    return sim.too_old(release)
-
-
-def _sim_prepare() -> str | None:
-    from . import sim
-
-    try:
-        sim.load()
-    except sim.SimUnavailable as exc:
-        return str(exc)
-    return None
-
-
-def sim_capture(buf, copying):
-    """Run copying() and report work it queued on a stream that the caller's current stream on buf's device
-    never waits for (sim's own bookkeeping of which stream waited for which, cpugpu_conformance.sim's
-    unjoined_work: what CUDA's graph capture refuses as an unjoined fork, seen every time). Unlike a
-    capture, the copy runs."""
-    import torch
-
-    device = buf.gpu.device
-    torch.ops.sim.join_check_begin(device.index, torch.accelerator.current_stream(device).stream_id)
-    try:
-        copying()
-    finally:
-        unjoined = list(torch.ops.sim.join_check_end())
-    return "; ".join(unjoined) if unjoined else None
-
-
-def default_device_sim(make, *args):
-    import torch
-
-    with torch.device("sim"):
-        return make(*args)
 
 
 def accelerator_device_last(make, *args):
