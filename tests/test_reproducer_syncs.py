@@ -3,6 +3,7 @@ buffer that frees its tensor and takes a new one at the same address (issue 15, 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import textwrap
@@ -144,3 +145,62 @@ def test_two_storages_holds_for_the_reference():
     from cpugpu_conformance.reference import CpuGpuBuffer
 
     _two_storages(CpuGpuBuffer)
+
+
+def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypatch):
+    """An accelerator may fail a queued kernel when it runs, not when it is called (sim runs each on its
+    stream's worker). Each example ends with its device's work done, so the failure is that example's,
+    its reproducer ending with the wait, and the next example starts clean; left queued, it surfaced at
+    the next example's first wait, and hypothesis called the test flaky (CI, torch 2.14.1 on sim)."""
+    from cpugpu_conformance.reference import CpuGpuBuffer
+    from cpugpu_conformance.testing.buffer.base import blamed_afresh
+
+    pending: list[str] = []
+
+    def fails_at_the_wait(device):
+        if pending:
+            raise RuntimeError(pending.pop())
+
+    # The CPU, as a device with a queue: its wait raises what a queued kernel left.
+    monkeypatch.setitem(devices.REGISTRY, "cpu", dataclasses.replace(devices.CPU, sync=fails_at_the_wait))
+
+    @blamed_afresh
+    def example(record, device, queue_a_failure):
+        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
+        sc.call(Name("make"), into="buf")
+        if queue_a_failure:
+            pending.append("fill_ has no kernel for this dtype")
+
+    record = Record()
+    with pytest.raises(RuntimeError, match="fill_ has no kernel"):
+        example(record=record, device="cpu", queue_a_failure=True)
+    assert _statements(record.reproducer())[-3:-1] == ["buf = make()", "sync(torch.device('cpu'))"]
+    example(record=record, device="cpu", queue_a_failure=False)  # the next example: nothing left over
+    assert not pending
+
+    # An example that failed on its own keeps its failure: the queue is drained, and what it held is not reported.
+    @blamed_afresh
+    def failing(record, device):
+        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
+        sc.call(Name("make"), into="buf")
+        pending.append("queued")
+        raise AssertionError("the check failed")
+
+    with pytest.raises(AssertionError, match="the check failed"):
+        failing(record=Record(), device="cpu")
+    assert not pending
+
+
+def test_on_the_cpu_an_example_waits_for_nothing():
+    """The CPU's work is done when the call returns: its examples add no wait, and no step."""
+    from cpugpu_conformance.reference import CpuGpuBuffer
+    from cpugpu_conformance.testing.buffer.base import blamed_afresh
+
+    @blamed_afresh
+    def example(record, device):
+        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
+        sc.call(Name("make"), into="buf")
+
+    record = Record()
+    example(record=record, device="cpu")
+    assert "sync(" not in record.reproducer()

@@ -30,6 +30,7 @@ from .devices_cuda import (  # noqa: F401
     default_device_cuda,
     last_device_is_current,
 )
+
 # sim's, likewise.
 from .devices_sim import (  # noqa: F401
     _sim_limit_of_release,

@@ -7,6 +7,7 @@ run checks through it, so each failure carries a standalone reproducer (reproduc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import linecache
@@ -14,14 +15,17 @@ import textwrap
 from typing import Any, ClassVar
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
 from ..shared import budget
 from ..shared import strategies as s
 from ..shared.contexts import PLAIN, Context
+from ..shared.helpers import sync
 from ..shared.marks import RECORD, promises_of
 from ..shared.reproducer import Name, Record, Scenario, import_line
 from ..shared.stamps import stamped
@@ -188,15 +192,32 @@ def blamed_afresh(test: Any) -> Any:
 
     @functools.wraps(test)
     def example(*args: Any, **kwargs: Any) -> Any:
-        kwargs["record"].blame(None)
+        record = kwargs["record"]
+        record.blame(None)
+        before = record.last_run()
         try:
-            return test(*args, **kwargs)
+            result = test(*args, **kwargs)
         except Exception as exc:
             if refused_as_inference(exc):
-                kwargs["record"].blame(P.MUTABLE)
+                record.blame(P.MUTABLE)
+            with contextlib.suppress(Exception):  # its own failure is the report; the queue is drained
+                settle(record, kwargs.get("device"), before)
             raise
+        settle(record, kwargs.get("device"), before)
+        return result
 
     return example
+
+
+def settle(record: Record, device: Any, before: Scenario | None) -> None:
+    """End an example with the work it queued on its device done: work that fails only when it runs
+    (sim runs each kernel on its stream's worker) fails this example, with the wait as its
+    reproducer's last step, never the next example's first wait (where hypothesis would call the
+    test flaky, and a correct step would be blamed). Nothing to wait for on the CPU."""
+    last = record.last_run()
+    if last is None or last is before or devices.REGISTRY.get(device, devices.CPU).sync is devices.nothing_queued:
+        return
+    last.call(sync, torch.device(device))
 
 
 # How torch refuses an in-place update of an inference tensor (or of a view made in inference mode)

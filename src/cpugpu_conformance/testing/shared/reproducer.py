@@ -75,6 +75,10 @@ class Record:
     def ran(self, scenario: Scenario, extra: Step | None = None) -> None:
         self._last = (scenario, extra)
 
+    def last_run(self) -> Scenario | None:
+        """The scenario that ran a step last (None before any)."""
+        return self._last[0] if self._last is not None else None
+
     def reproducer(self) -> str | None:
         """The reproducer of the example that ran last, built only now: most examples pass."""
         if self._last is None:
