@@ -178,17 +178,23 @@ def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypat
     example(record=record, device="cpu", queue_a_failure=False)  # the next example: nothing left over
     assert not pending
 
-    # An example that failed on its own keeps its failure: the queue is drained, and what it held is not reported.
+    # An example that failed on its own keeps its failure and its reproducer: the queue is drained, and
+    # what it held is not reported.
+    def holds_ones(buf):
+        assert (buf.cpu == 1).all(), "the check failed"
+
     @blamed_afresh
     def failing(record, device):
         sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
         sc.call(Name("make"), into="buf")
         pending.append("queued")
-        raise AssertionError("the check failed")
+        sc.check(holds_ones, Name("buf"))
 
+    record = Record()
     with pytest.raises(AssertionError, match="the check failed"):
-        failing(record=Record(), device="cpu")
-    assert not pending
+        failing(record=record, device="cpu")
+    assert not pending  # drained
+    assert _statements(record.reproducer())[-3:-1] == ["buf = make()", "holds_ones(buf)"]  # its reproducer as it was
 
 
 def test_on_the_cpu_an_example_waits_for_nothing():

@@ -200,8 +200,7 @@ def blamed_afresh(test: Any) -> Any:
         except Exception as exc:
             if refused_as_inference(exc):
                 record.blame(P.MUTABLE)
-            with contextlib.suppress(Exception):  # its own failure is the report; the queue is drained
-                settle(record, kwargs.get("device"), before)
+            drain(kwargs.get("device"))
             raise
         settle(record, kwargs.get("device"), before)
         return result
@@ -209,15 +208,26 @@ def blamed_afresh(test: Any) -> Any:
     return example
 
 
+def _queues_work(device: Any) -> bool:
+    return devices.REGISTRY.get(device, devices.CPU).sync is not devices.nothing_queued
+
+
 def settle(record: Record, device: Any, before: Scenario | None) -> None:
-    """End an example with the work it queued on its device done: work that fails only when it runs
-    (sim runs each kernel on its stream's worker) fails this example, with the wait as its
+    """End a passing example with the work it queued on its device done: work that fails only when it
+    runs (sim runs each kernel on its stream's worker) fails this example, with the wait as its
     reproducer's last step, never the next example's first wait (where hypothesis would call the
     test flaky, and a correct step would be blamed). Nothing to wait for on the CPU."""
     last = record.last_run()
-    if last is None or last is before or devices.REGISTRY.get(device, devices.CPU).sync is devices.nothing_queued:
-        return
-    last.call(sync, torch.device(device))
+    if last is not None and last is not before and _queues_work(device):
+        last.call(sync, torch.device(device))
+
+
+def drain(device: Any) -> None:
+    """After an example that failed: its work done, so the next starts clean. Its own failure is the
+    report, with its reproducer as it was; what the wait raises is not."""
+    if _queues_work(device):
+        with contextlib.suppress(Exception):
+            sync(torch.device(device))
 
 
 # How torch refuses an in-place update of an inference tensor (or of a view made in inference mode)
