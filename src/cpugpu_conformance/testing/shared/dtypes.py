@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpugpu_conformance import devices
+from .helpers import sync
 
 # Above every engine size the suite draws (strategies.ENGINE_SIZES), in elements.
 LARGE = (1 << 20) + 8
@@ -38,8 +38,7 @@ def _settled(device: str) -> None:
     returns (sim runs each on its stream's worker, and a dtype's missing kernel fails there): its
     failure would surface at the next wait, in the next dtype's probe, and the dtype that failed
     would read as fillable (torch 2.14's bcomplex32 on sim: fill_ has no CPU kernel for it)."""
-    where = torch.device(device)
-    devices.get(where.type).sync(where)
+    sync(torch.device(device))
 
 
 def _probe(dtype: torch.dtype, device: str) -> DtypeInfo | None:
