@@ -210,3 +210,24 @@ def test_on_the_cpu_an_example_waits_for_nothing():
     record = Record()
     example(record=record, device="cpu")
     assert "sync(" not in record.reproducer()
+
+
+def test_ctrl_c_during_an_examples_wait_is_never_swallowed(monkeypatch):
+    """The wait after a failed example swallows what the device raises, never an interrupt: Ctrl-C
+    there ends the run as interrupted, as anywhere else."""
+    from cpugpu_conformance.reference import CpuGpuBuffer
+    from cpugpu_conformance.testing.buffer.base import blamed_afresh
+
+    def interrupted(device):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(devices.REGISTRY, "cpu", dataclasses.replace(devices.CPU, sync=interrupted))
+
+    @blamed_afresh
+    def failing(record, device):
+        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
+        sc.call(Name("make"), into="buf")
+        raise AssertionError("the check failed")
+
+    with pytest.raises(KeyboardInterrupt):
+        failing(record=Record(), device="cpu")
