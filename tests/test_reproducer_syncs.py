@@ -13,6 +13,7 @@ import torch
 from suite_runner import run_script, run_suite
 
 from cpugpu_conformance import devices
+from cpugpu_conformance.testing.buffer.base import blamed_afresh
 from cpugpu_conformance.testing.shared import checks
 from cpugpu_conformance.testing.shared.reproducer import Name, Record, Scenario
 
@@ -147,14 +148,23 @@ def test_two_storages_holds_for_the_reference():
     _two_storages(CpuGpuBuffer)
 
 
+# --- each example ends with its device's queued work done (testing/buffer/base.py: settle, drain)
+
+
+def _built(record, device):
+    """A scenario of the example whose first step built `buf` (the reference, float32, two rows)."""
+    from cpugpu_conformance.reference import CpuGpuBuffer
+
+    sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
+    sc.call(Name("make"), into="buf")
+    return sc
+
+
 def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypatch):
     """An accelerator may fail a queued kernel when it runs, not when it is called (sim runs each on its
     stream's worker). Each example ends with its device's work done, so the failure is that example's,
     its reproducer ending with the wait, and the next example starts clean; left queued, it surfaced at
     the next example's first wait, and hypothesis called the test flaky (CI, torch 2.14.1 on sim)."""
-    from cpugpu_conformance.reference import CpuGpuBuffer
-    from cpugpu_conformance.testing.buffer.base import blamed_afresh
-
     pending: list[str] = []
 
     def fails_at_the_wait(device):
@@ -166,8 +176,7 @@ def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypat
 
     @blamed_afresh
     def example(record, device, queue_a_failure):
-        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
-        sc.call(Name("make"), into="buf")
+        _built(record, device)
         if queue_a_failure:
             pending.append("fill_ has no kernel for this dtype")
 
@@ -185,8 +194,7 @@ def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypat
 
     @blamed_afresh
     def failing(record, device):
-        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
-        sc.call(Name("make"), into="buf")
+        sc = _built(record, device)
         pending.append("queued")
         sc.check(holds_ones, Name("buf"))
 
@@ -199,13 +207,9 @@ def test_work_that_fails_when_it_runs_fails_the_example_that_queued_it(monkeypat
 
 def test_on_the_cpu_an_example_waits_for_nothing():
     """The CPU's work is done when the call returns: its examples add no wait, and no step."""
-    from cpugpu_conformance.reference import CpuGpuBuffer
-    from cpugpu_conformance.testing.buffer.base import blamed_afresh
-
     @blamed_afresh
     def example(record, device):
-        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
-        sc.call(Name("make"), into="buf")
+        _built(record, device)
 
     record = Record()
     example(record=record, device="cpu")
@@ -215,9 +219,6 @@ def test_on_the_cpu_an_example_waits_for_nothing():
 def test_ctrl_c_during_an_examples_wait_is_never_swallowed(monkeypatch):
     """The wait after a failed example swallows what the device raises, never an interrupt: Ctrl-C
     there ends the run as interrupted, as anywhere else."""
-    from cpugpu_conformance.reference import CpuGpuBuffer
-    from cpugpu_conformance.testing.buffer.base import blamed_afresh
-
     def interrupted(device):
         raise KeyboardInterrupt
 
@@ -225,8 +226,7 @@ def test_ctrl_c_during_an_examples_wait_is_never_swallowed(monkeypatch):
 
     @blamed_afresh
     def failing(record, device):
-        sc = Scenario(record, "2", device, factory=CpuGpuBuffer, size=(2,), dtype=torch.float32, pin_memory=False)
-        sc.call(Name("make"), into="buf")
+        _built(record, device)
         raise AssertionError("the check failed")
 
     with pytest.raises(KeyboardInterrupt):
