@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import result_factory as rf
-from test_gate import gate
+from gate_runner import gate
 
 pytestmark = pytest.mark.quick
 
