@@ -203,7 +203,7 @@ def test_stop_sends_ctrl_c_first_so_the_suite_can_write_its_result():
 
 
 def test_stop_kills_what_ignores_ctrl_c(monkeypatch):
-    monkeypatch.setattr(gpu_check, "STOP_GRACE_S", 0.1)
+    monkeypatch.setattr("gpu_checking.child_processes.STOP_GRACE_S", 0.1)
     proc = _ready_child("signal.signal(signal.SIGINT, signal.SIG_IGN)")
     gpu_check.stop(proc)
     assert proc.returncode == -9
@@ -308,7 +308,7 @@ def test_every_cuda_check_that_runs_the_suite_on_cuda_is_a_proof_for_cuda():
 
 
 def test_the_proofs_are_load_scheduled_and_say_which_were_slowest(monkeypatch):
-    monkeypatch.setattr(gpu_check, "has_xdist", lambda: True)
+    monkeypatch.setattr("gpu_checking.steps.has_xdist", lambda: True)
     assert gpu_check.parallel(16) == ["-n", "16", "--dist", "load"]
     assert gpu_check.parallel(1) == []
     assert "--durations=10" in gpu_check.proofs_command(list(gpu_check.PROOF_MODULES), 16, [])

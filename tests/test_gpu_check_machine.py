@@ -119,14 +119,14 @@ def test_the_device_node_alone_says_there_is_a_gpu(tmp_path):
 
 def test_the_machine_is_looked_at_only_where_it_decides_something(monkeypatch):
     asked = []
-    monkeypatch.setattr(gpu_check, "nvidia_on_this_machine", lambda **kw: asked.append(kw) or {
+    monkeypatch.setattr("gpu_checking.machine.nvidia_on_this_machine", lambda **kw: asked.append(kw) or {
         "nvidia": "x", "driver": "1", "driver_cuda": kw["driver_cuda"]})
     unusable = {"torch": "2.11.0+cpu", "torch_cuda": None, "cuda_available": False, "torch_said": "", "driver_cuda": "12.4"}
-    monkeypatch.setattr(gpu_check, "probe_torch", lambda python=None: dict(unusable))
+    monkeypatch.setattr("gpu_checking.machine.probe_torch", lambda python=None: dict(unusable))
     assert gpu_check.gather_facts("cpu").nvidia is None and not asked
     facts = gpu_check.gather_facts("all")
     assert asked == [{"driver_cuda": "12.4"}] and facts.nvidia == "x" and facts.driver_cuda == "12.4"
-    monkeypatch.setattr(gpu_check, "probe_torch", lambda python=None: {**unusable, "cuda_available": True})
+    monkeypatch.setattr("gpu_checking.machine.probe_torch", lambda python=None: {**unusable, "cuda_available": True})
     assert gpu_check.gather_facts("all").nvidia is None and len(asked) == 1
 
 
