@@ -2,13 +2,13 @@
 what CUDA would do with it.
 
 It holds only what sim, the simulated accelerator, cannot show: sim runs the device-generic checks for
-real (tests/test_sim_device_checks.py). What stays is CUDA's own: the registry's CUDA hooks, which read
-torch.cuda and torch._C (cuda_sync, which synchronizes only GPUs that have a context; the side-stream
-context over torch.cuda; graph capture, torch 2.0's global mode included), and torch's sync debug mode,
-which refuses a stream's synchronize during the non-blocking check. `patch_torch` puts the fake in
-torch.cuda's place (each function imports torch in its body), and the log shows, in order, which streams
-they synchronize or make wait and which modes they set: the logic is tested on the CPU, the GPU only
-confirms what CUDA does with it.
+real (tests/test_sim_sync_checks.py, tests/test_sim_copy_checks.py). What stays is CUDA's own: the
+registry's CUDA hooks, which read torch.cuda and torch._C (cuda_sync, which synchronizes only GPUs that
+have a context; the side-stream context over torch.cuda; graph capture, torch 2.0's global mode
+included), and torch's sync debug mode, which refuses a stream's synchronize during the non-blocking
+check. `patch_torch` puts the fake in torch.cuda's place (each function imports torch in its body), and
+the log shows, in order, which streams they synchronize or make wait and which modes they set: the logic
+is tested on the CPU, the GPU only confirms what CUDA does with it.
 
 The model, as far as the checks read it:
 

@@ -7,7 +7,7 @@ reproducer defines them (its source, in a namespace of its own); the decisions (
 copy block, when a check cannot run, where promise 11 applies) are plain functions; what only
 CUDA can show carries ``@pytest.mark.devices("cuda")``. The device-generic checks (the stall and
 idle, promise 10's non-blocking and join checks, the variants that wait) run for real on sim, in
-tests/test_sim_device_checks.py.
+tests/test_sim_sync_checks.py and tests/test_sim_copy_checks.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def fake_cuda(monkeypatch):
 
 # --- sync(): the caller's current stream, on the buffer's device, never the whole device (promise 10)
 # cuda_sync, over torch.cuda and its contexts; sim's, over torch.accelerator, is shown for real in
-# test_sim_device_checks.py.
+# test_sim_sync_checks.py.
 
 
 def test_sync_of_the_buffer_s_device_waits_for_its_current_stream_only(fake_cuda, as_run):
@@ -154,7 +154,7 @@ def test_every_cuda_function_of_the_registry_is_python_in_a_reproducer():
 
 
 # --- the side-stream creation context waits for its stream on leaving (item 5)
-# CUDA's, over torch.cuda; sim's (accelerator_side_stream) is shown for real in test_sim_device_checks.py.
+# CUDA's, over torch.cuda; sim's (accelerator_side_stream) is shown for real in test_sim_sync_checks.py.
 
 
 def _context(name: str) -> contexts.Context:
@@ -306,7 +306,7 @@ class _Buf:
             self.cuda.driver_waits(stream)
 
 
-# What sim shows for real (tests/test_sim_device_checks.py): a copy that does not wait passes, warmed up
+# What sim shows for real (tests/test_sim_copy_checks.py): a copy that does not wait passes, warmed up
 # before the stall, with garbage collection off; one that waits fails, whatever way it waits; waiting on the
 # first call only, or on two tries of three, passes; the stall is on the buffer's own device; the variants
 # that wait after each copy fail and the copies that do not pass. What only CUDA has stays here: its sync
@@ -385,7 +385,7 @@ def test_the_pageable_variant_never_pins_its_host_tensor():
 
 # --- a fork of the caller's stream must be joined back: a CUDA graph capture refuses one that is not (item 2)
 # The capture is CUDA's; sim's join bookkeeping, and garbage collection off during the check, are shown in
-# test_sim_device_checks.py.
+# test_sim_copy_checks.py.
 
 
 class JoinedForkBuffer(PrivateStreamBuffer):
