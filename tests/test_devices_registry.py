@@ -78,7 +78,7 @@ def test_a_run_asks_what_sim_lacks_only_when_it_names_sim_or_sim_is_loaded(monke
 
 def test_what_only_cuda_has_is_stated_by_the_registry():
     assert not devices.CPU.pinning and devices.CUDA.pinning
-    assert devices.CPU.sync is devices.nothing_queued and devices.CUDA.sync is devices.cuda_sync  # tests/test_cuda_checks.py
+    assert devices.CPU.sync is devices.nothing_queued and devices.CUDA.sync is devices.cuda_sync  # tests/test_cuda_sync_and_contexts.py
     assert "current_stream(index).synchronize()" in inspect.getsource(devices.CUDA.sync)
     # Written once over torch's device-generic API, for CUDA and sim alike.
     for attribute in ("stall", "idle", "caller_state"):

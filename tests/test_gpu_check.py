@@ -243,7 +243,7 @@ def test_children_find_the_checkout_without_an_install(monkeypatch):
 
 
 def test_the_default_proofs_are_the_variant_alternative_and_cuda_check_tests():
-    assert gpu_check.PROOF_MODULES == ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_checks.py")
+    assert gpu_check.PROOF_MODULES == ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_on_gpu.py")
     assert all((REPO / m).is_file() for m in gpu_check.PROOF_MODULES)
     args = gpu_check.parse(["out"])
     assert args.device == "all" and args.proofs_for == "cuda" and args.proofs == list(gpu_check.PROOF_MODULES)
@@ -284,27 +284,36 @@ def test_the_longest_proofs_come_first():
     assert [_function(i) for i in ids if rank(i) == 0] == _marked_for_cuda(), ids
 
 
-def _cuda_check_tests() -> tuple[str, list[ast.FunctionDef]]:
-    source = (REPO / "tests" / "test_cuda_checks.py").read_text()
-    return source, [node for node in ast.parse(source).body
-                    if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+# The CUDA checks, by area; the tests marked for cuda are all in test_cuda_on_gpu.py, a proof module.
+CUDA_CHECK_MODULES = ("tests/test_cuda_sync_and_contexts.py", "tests/test_cuda_copy_checks.py",
+                      "tests/test_promise_11_beside_an_accelerator.py", "tests/test_cuda_on_gpu.py")
+
+
+def _cuda_check_tests() -> list[tuple[str, ast.FunctionDef]]:
+    """(its module's source, the test) for each test of the CUDA checks' modules, in file order."""
+    tests = []
+    for module in CUDA_CHECK_MODULES:
+        source = (REPO / module).read_text()
+        tests += [(source, node) for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    return tests
 
 
 def _marked_for_cuda() -> list[str]:
-    """The tests of test_cuda_checks.py marked @pytest.mark.devices("cuda"), in file order."""
-    source, tests = _cuda_check_tests()
-    return [node.name for node in tests
+    """The tests of the CUDA checks' modules marked @pytest.mark.devices("cuda"), in file order."""
+    return [node.name for source, node in _cuda_check_tests()
             if any('devices("cuda")' in ast.get_source_segment(source, d) for d in node.decorator_list)]
 
 
 def test_every_cuda_check_that_runs_the_suite_on_cuda_is_a_proof_for_cuda():
-    """A test of test_cuda_checks.py that runs the suite with --device cuda, or checks CUDA itself, is
-    marked for cuda (so gpu_check runs it there); every other one runs on the CPU, in `nox -s tests`."""
-    source, tests = _cuda_check_tests()
-    on_cuda = {node.name for node in tests if '"--device", "cuda"' in ast.get_source_segment(source, node)}
-    selected = {_function(i) for i in _collected_proofs("cuda") if i.startswith("tests/test_cuda_checks.py")}
+    """A test of the CUDA checks' modules that runs the suite with --device cuda, or checks CUDA itself, is
+    marked for cuda and in a proof module (so gpu_check runs it there); every other one runs on the CPU, in
+    `nox -s tests`."""
+    on_cuda = {node.name for source, node in _cuda_check_tests()
+               if '"--device", "cuda"' in ast.get_source_segment(source, node)}
+    selected = {_function(i) for i in _collected_proofs("cuda") if i.startswith(CUDA_CHECK_MODULES)}
     assert on_cuda and on_cuda <= selected and selected == set(_marked_for_cuda())
-    assert not {_function(i) for i in _collected_proofs("cpu") if i.startswith("tests/test_cuda_checks.py")}
+    assert not {_function(i) for i in _collected_proofs("cpu") if i.startswith(CUDA_CHECK_MODULES)}
 
 
 def test_the_proofs_are_load_scheduled_and_say_which_were_slowest(monkeypatch):

@@ -10,7 +10,7 @@ counterpart, not only passing the reference.
 Run as a script (``python tests/test_sim_copy_checks.py``), this module loads sim and runs every case
 (``case_*``) in one process, each as the suite runs the check and as a sim reproducer defines it; the
 tests (``test_<case>[<run>]``) run it once and read it (tests/sim_cases.py). What only CUDA shows
-(graph capture, the sync debug mode, torch 2.0) stays in tests/test_cuda_checks.py, against
+(graph capture, the sync debug mode, torch 2.0) stays in tests/test_cuda_copy_checks.py, against
 fake_cuda.py.
 """
 
@@ -185,7 +185,7 @@ def case_copies_that_do_not_wait_pass_the_non_blocking_check(as_run, Buffer, met
 
 
 # --- a fork of the caller's stream must be joined back: sim's join bookkeeping (what a CUDA graph capture
-# refuses; the capture itself is CUDA's, in test_cuda_checks.py)
+# refuses; the capture itself is CUDA's, in test_cuda_copy_checks.py)
 
 
 class JoinedForkBuffer(PrivateStreamBuffer):
@@ -234,7 +234,7 @@ def case_a_copy_whose_work_the_caller_s_stream_waits_for_passes_the_join_check(a
 @case(*grid(method=list(COPY_METHODS)))
 def case_a_private_stream_the_caller_s_never_waits_for_fails_the_join_check_on_sim(as_run, method):
     """sim names every stream that got work the caller's never waits for, a fork or not. A CUDA capture does not
-    see such a stream, which never waited for the capturing one (test_cuda_checks.py): there the in-order check
+    see such a stream, which never waited for the capturing one (test_cuda_copy_checks.py): there the in-order check
     catches it, by its stall."""
     with pytest.raises(AssertionError, match=rf"buf.{method}\(2\) {UNJOINED}"):
         joins(as_run, pinned_buffer(PrivateStreamBuffer), method)

@@ -13,7 +13,7 @@ Run as a script (``python tests/test_sim_sync_checks.py``), this module loads si
 (``case_*``) in one process, each as the suite runs the function under test and as a sim reproducer
 defines it; the tests (``test_<case>[<run>]``) run it once and read it (tests/sim_cases.py). What only
 CUDA shows (its own sync and side stream over torch.cuda, graph capture, the sync debug mode, torch
-2.0) stays in tests/test_cuda_checks.py, against fake_cuda.py.
+2.0) stays in tests/test_cuda_sync_and_contexts.py and tests/test_cuda_copy_checks.py, against fake_cuda.py.
 """
 
 from __future__ import annotations

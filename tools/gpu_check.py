@@ -10,7 +10,7 @@ gives the machine back, and fixes what it shows.
 1. the suite on every device (``--device all``), writing its result file, which ``nox -s
    report`` merges into compat/ as a column per device;
 2. the project's proofs for one device (``--proofs-for cuda``): the tests of
-   tests/test_variants.py, tests/test_alternatives.py and tests/test_cuda_checks.py marked
+   tests/test_variants.py, tests/test_alternatives.py and tests/test_cuda_on_gpu.py marked
    ``@pytest.mark.devices("cuda")``, that is every broken variant rejected there on the promise it
    breaks, with a reproducer that fails on its own, every correct alternative accepted (or
    rejected where its table says it breaks a promise on that device), and what only CUDA shows

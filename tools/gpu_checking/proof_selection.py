@@ -8,7 +8,7 @@ import os
 
 from gpu_checking.outcomes import EXIT_NOTHING, EXIT_PARTLY
 
-PROOF_MODULES = ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_checks.py")
+PROOF_MODULES = ("tests/test_variants.py", "tests/test_alternatives.py", "tests/test_cuda_on_gpu.py")
 PROOFS_FOR_ENV = "GPU_CHECK_PROOFS_FOR"
 
 
