@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import result_factory as rf
-from test_report import cuda_missing
+from report_sample import cuda_missing
 
 from cpugpu_conformance.cli.dispatch import main
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import result_factory as rf
 from emoji_data import emoji_in
-from test_report import cuda_missing
+from report_sample import cuda_missing
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.report import badge as shields

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import result_factory as rf
-from test_report import cuda_missing, md_matrix, parse
+from report_reading import md_matrix, parse
+from report_sample import cuda_missing
 
 from cpugpu_conformance.cli.dispatch import main
 from cpugpu_conformance.promises import PROMISES, applies

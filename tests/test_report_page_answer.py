@@ -14,7 +14,7 @@ from report_page_samples import (
     page_dir_fixture,  # noqa: F401 - the fixture `page_dir`
     write_report,
 )
-from test_report import matrix, parse
+from report_reading import matrix, parse
 
 from cpugpu_conformance.report import marks, render
 

@@ -20,7 +20,7 @@ from report_page_samples import (
     page_dir_fixture,  # noqa: F401 - the fixture `page_dir`
     write_report,
 )
-from test_report import matrix, md_matrix, parse
+from report_reading import matrix, md_matrix, parse
 
 from cpugpu_conformance.promises import PROMISES
 from cpugpu_conformance.report import marks, render, view
