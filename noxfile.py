@@ -160,14 +160,16 @@ def _tests_torch(session: nox.Session) -> None:
     session.run("python", "tools/warm_bytecode.py", silent=True)
 
 
-@nox.session(python=MATRIX.python)
+# tests and quick reuse their environment (its installs still run, and do nothing when it is current):
+# made afresh, it cost each session 15-30 s, the bytecode warm-up included.
+@nox.session(python=MATRIX.python, reuse_venv=True)
 def tests(session: nox.Session) -> None:
     """The project's own tests (tests/), with torch 2.13.0: `nox -s tests -- -k matrix`."""
     _tests_torch(session)
     session.run("pytest", "tests", "-n", "2", *session.posargs)
 
 
-@nox.session(python=MATRIX.python)
+@nox.session(python=MATRIX.python, reuse_venv=True)
 def quick(session: nox.Session) -> None:
     """The core in minutes (tests marked quick: the rule, the gate, the suite end to end), with torch 2.13.0."""
     _tests_torch(session)

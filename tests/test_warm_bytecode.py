@@ -4,6 +4,7 @@ only costs time (exit 0, one line), but an interruption stops the session (exit 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,35 @@ def test_it_passes_over_what_no_process_of_the_tests_imports(warm, tmp_path, mon
     warm.compile_sources()
     compiled = sorted(str(p.parent.parent.relative_to(purelib) / p.name.split(".")[0]) for p in purelib.rglob("*.pyc"))
     assert compiled == ["numpy/core", "torch/_inductor_not/kept", "torch/nn"]
+
+
+def test_a_warm_folder_is_read_not_handed_to_compileall_and_a_changed_file_is_compiled_again(warm, tmp_path, monkeypatch):
+    """nox reuses the environment: the second warm-up checks the headers itself (0.4 s, where compileall's
+    workers take 4 s to say nothing is stale), and compiles what changed since, as compileall would."""
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    (tmp_path / "other.py").write_text("Y = 1\n")
+    monkeypatch.setattr(warm, "CHECKOUT", [tmp_path])
+    monkeypatch.setattr(warm.sysconfig, "get_paths", lambda: {"purelib": str(tmp_path / "none")})
+    warm.compile_sources()
+    assert warm.stale_sources(tmp_path, None) == []
+    handed = []
+    monkeypatch.setattr(warm.compileall, "compile_dir", lambda folder, **kw: handed.append(folder))
+    (tmp_path / "mod.py").write_text("X = 22\n")  # another size; an mtime a second on, as an edit has
+    os.utime(tmp_path / "mod.py", (1_000_000_000, 1_000_000_000))
+    assert warm.stale_sources(tmp_path, None) == [str(tmp_path / "mod.py")]
+    warm.compile_sources()
+    assert handed == [] and warm.stale_sources(tmp_path, None) == []
+
+
+def test_a_cold_folder_goes_to_compileall_on_every_core(warm, tmp_path, monkeypatch):
+    for i in range(warm.FEW + 1):
+        (tmp_path / f"m{i}.py").write_text("X = 1\n")
+    monkeypatch.setattr(warm, "CHECKOUT", [tmp_path])
+    monkeypatch.setattr(warm.sysconfig, "get_paths", lambda: {"purelib": str(tmp_path / "none")})
+    handed = []
+    monkeypatch.setattr(warm.compileall, "compile_dir", lambda folder, **kw: handed.append((folder, kw["workers"])))
+    warm.compile_sources()
+    assert handed == [(tmp_path, 0)]
 
 
 # What the tests' processes import: the suite run in-process (its plugin, torch's ops), the tools, and
