@@ -5,6 +5,8 @@ rest, against `python -c "import torch"` measured in the same run.
 
     python benchmarks/bench_test_cpu.py [--top 15] [--repeat 3] [-- PYTEST_ARGS]
 
+SIGINT, SIGTERM or SIGHUP stops pytest and the run (exit 128 + its number, one line, nothing measured).
+
 PYTEST_ARGS default to `tests -n 2 -q -p no:cacheprovider`. How it counts: for the run, a .pth
 file in this interpreter's site-packages makes every fresh process of this environment write, at
 exit, its own CPU seconds and its waited-for children's, whether it imported torch (and execnet:
@@ -22,6 +24,7 @@ import contextlib
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -91,14 +94,16 @@ class Process:
         return self.argv.startswith('-c ["')  # its argv: the modules it preloads, as JSON, and two descriptors
 
 
-def read_log(folder: Path) -> list[Process]:
-    processes = []
+def read_log(folder: Path) -> tuple[list[Process], int]:
+    """The processes the folder's files describe, and how many files could not be read (cut short)."""
+    processes, unreadable = [], 0
     for path in folder.iterdir():
-        fields = path.read_text(errors="replace").rstrip("\n").split("\t", 5)
-        if len(fields) == 6:
-            cpu, children, torch, execnet, ppid, argv = fields
+        try:
+            cpu, children, torch, execnet, ppid, argv = path.read_text(errors="replace").rstrip("\n").split("\t", 5)
             processes.append(Process(float(cpu), float(children), torch == "1", execnet == "1", int(ppid), argv))
-    return processes
+        except ValueError:
+            unreadable += 1
+    return processes, unreadable
 
 
 @contextlib.contextmanager
@@ -140,14 +145,16 @@ def import_torch_cpu(repeat: int) -> float:
 
 
 def report(processes: list[Process], busy: float, idle: float, wall: float, torch_cpu: float, top: int,
-           run_pid: int = 0) -> str:
+           run_pid: int = 0, unreadable: int = 0) -> str:
+    busy = max(busy, 0.01)  # a run too short for /proc/stat's ticks
     fresh = sum(p.cpu for p in processes)
     forked = sum(p.children for p in processes if p.fork_server)
     with_torch = [p for p in processes if p.torch]
     lines = [
         f"import torch: {torch_cpu:.2f} s of CPU (median)",
         f"the run: {wall:.0f} s; the machine: {busy:.0f} s of CPU busy, {idle / (busy + idle):.0%} idle",
-        f"fresh Python processes seen: {len(processes)}, {fresh:.0f} s of CPU ({fresh / busy:.0%} of the machine's busy time)",
+        f"fresh Python processes seen: {len(processes)}, {fresh:.0f} s of CPU ({fresh / busy:.0%} of the machine's busy time)"
+        + (f"; {unreadable} more wrote a record cut short, left out" if unreadable else ""),
         f"  that imported torch: {len(with_torch)}, {sum(p.cpu for p in with_torch):.0f} s; their imports of torch "
         f"alone about {len(with_torch) * torch_cpu:.0f} s ({len(with_torch) * torch_cpu / busy:.0%})",
     ]
@@ -166,6 +173,40 @@ def report(processes: list[Process], busy: float, idle: float, wall: float, torc
     return "\n".join(lines)
 
 
+def site_packages() -> Path:
+    """Where the hook goes: this environment's site-packages, read by every fresh process of it."""
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def run_counted(pytest_args: list[str], folder: Path) -> tuple[int, int]:
+    """pytest's exit code and pid. It runs in a session of its own, so that a signal to this script reaches
+    it once: forwarded to its group, waited for, and this script then ends with 128 + the signal's number."""
+    stopped_by: list[int] = []
+    started: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        for run in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signum)
+
+    # Caught before the start, not ignored: exec gives pytest these signals' defaults even where this
+    # script was started ignoring SIGINT (a background job), and none can come between.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    run = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO, start_new_session=True,
+                           env={**os.environ, VARIABLE: str(folder)})
+    started.append(run)
+    if stopped_by:  # a signal while it started
+        forward(stopped_by[0], None)
+    code = run.wait()
+    if stopped_by:
+        print(f"bench_test_cpu: interrupted by {signal.Signals(stopped_by[0]).name}: pytest ended with {code}; "
+              "nothing measured", file=sys.stderr)
+        raise SystemExit(128 + stopped_by[0])
+    return code, run.pid
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, pytest_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, DEFAULT_ARGS)
@@ -176,19 +217,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
     torch_cpu = import_torch_cpu(args.repeat)
-    site = Path(sysconfig.get_paths()["purelib"])
-    folder = Path(tempfile.mkdtemp(prefix="bench-test-cpu-"))
     try:
-        with hook_installed(site):
+        folder = Path(tempfile.mkdtemp(prefix="bench-test-cpu-"))
+    except OSError as exc:
+        raise SystemExit(f"{tempfile.gettempdir()}: cannot make the folder the processes write to ({exc.strerror})") from None
+    try:
+        with hook_installed(site_packages()):
             busy0, idle0 = machine_cpu()
             start = time.monotonic()
-            run = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO,
-                                   env={**os.environ, VARIABLE: str(folder)})
-            code = run.wait()
+            code, pytest_pid = run_counted(pytest_args, folder)
             wall = time.monotonic() - start
             busy1, idle1 = machine_cpu()
+        processes, unreadable = read_log(folder)
         print(f"\npytest {' '.join(pytest_args)}: exit {code}")
-        print(report(read_log(folder), busy1 - busy0, idle1 - idle0, wall, torch_cpu, args.top, run.pid))
+        print(report(processes, busy1 - busy0, idle1 - idle0, wall, torch_cpu, args.top, pytest_pid, unreadable))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return code
