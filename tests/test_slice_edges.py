@@ -14,8 +14,8 @@ from suite_runner import suite_command, suite_env
 from cpugpu_conformance.testing.shared import budget
 from cpugpu_conformance.testing.shared import strategies as s
 
-# The fewest examples a test may run and still count (budget.py): a team's quick profile.
-FLOOR = min(p["max_examples"] for p in budget.PROFILES.values()) // budget.FLOOR_SHARE
+# The fewest examples a whole-budget test may run and still count (budget.py): a team's quick profile.
+FLOOR = budget.whole().floor()
 # A profile at the floor, random (not derandomized), no database: each seed a run of its own.
 FLOOR_PROFILE = f'''
 from hypothesis import settings
