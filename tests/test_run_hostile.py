@@ -117,13 +117,15 @@ def test_a_path_to_the_callers_folder_is_refused_and_loads_no_conftest(tmp_path,
         (("--impl",), "--impl needs a value"),
         (("-p", "no:hypothesispytest"), "-p no:hypothesispytest"),
         (("-p", "no:cpugpu_conformance.testing.plugin"), "-p no:cpugpu_conformance.testing.plugin"),
+        (("-p", "no:cpugpu-cell-recorder"), "-p no:cpugpu-cell-recorder"),
         (("--confcutdir", "/"), "--confcutdir"),
         (("--pyargs",), "--pyargs"),
         pytest.param(("--max-warnings", "0"), "--max-warnings: its exit code (6)",
                      marks=pytest.mark.skipif(not hasattr(pytest.ExitCode, "MAX_WARNINGS_ERROR"),
                                               reason="this pytest has no --max-warnings")),
     ],
-    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "no-plugin", "confcutdir", "pyargs", "max-warnings"],
+    ids=["lf", "sw", "noconftest", "bare-impl", "no-hypothesis", "no-plugin", "no-recorder", "confcutdir", "pyargs",
+         "max-warnings"],
 )
 def test_a_refused_option_replaces_an_earlier_pass_with_an_error(tmp_path, args, culprit):
     path = old_pass(tmp_path / "old_pass.json")
@@ -149,7 +151,9 @@ def test_a_command_line_pytest_refuses_replaces_an_earlier_pass_too(tmp_path):
 
 
 @pytest.mark.parametrize("env", [{"PYTEST_ADDOPTS": "-p no:cpugpu_conformance.testing.plugin"},
-                                 {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}], ids=["addopts-no-plugin", "no-autoload"])
+                                 {"PYTEST_ADDOPTS": "-p no:cpugpu-cell-recorder"},
+                                 {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}],
+                         ids=["addopts-no-plugin", "addopts-no-recorder", "no-autoload"])
 def test_a_run_whose_plugin_never_loads_leaves_no_earlier_pass(tmp_path, env):
     path = old_pass(tmp_path / "old_pass.json")
     proc = run_in(tmp_path, "--promise", "2", "--device", "cpu", "--cell-result", str(path), env={**suite_env(), **env})
@@ -159,8 +163,37 @@ def test_a_run_whose_plugin_never_loads_leaves_no_earlier_pass(tmp_path, env):
     assert "pytest exit status" in cell.detail, cell.detail
 
 
+# A plugin (loaded with -p from PYTEST_ADDOPTS) that takes the recorder out after it started: pytest
+# then ends on its own status, and nothing replaces the file's "in progress" placeholder.
+UNREGISTERS_THE_RECORDER = """
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    config.pluginmanager.unregister(name="cpugpu-cell-recorder")
+"""
+
+
+@pytest.mark.parametrize("impl", [PRE_FIX, "cpugpu_conformance.reference:CpuGpuBuffer"], ids=["failing", "passing"])
+def test_a_run_that_ends_with_the_file_still_in_progress_is_interrupted(tmp_path, impl):
+    """The exit status says what the file says: pytest's own 0 or 1 never stands beside a file that
+    says the run did not finish."""
+    (tmp_path / "unregisters.py").write_text(UNREGISTERS_THE_RECORDER)
+    path = old_pass(tmp_path / "old_pass.json")
+    base = suite_env()
+    env = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), base.get("PYTHONPATH")])),
+           "PYTEST_ADDOPTS": "-p unregisters"}
+    proc = run_in(tmp_path, "--impl", impl, "--promise", "2", "--device", "cpu", "--cell-result", str(path), env=env)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
+    assert "says the run did not finish: it was interrupted, it is not a pass" in proc.stderr, proc.stderr
+    cell = results.CellResult.load(path)
+    assert cell.status == "interrupted" and not cell.answer().clean, cell.detail
+
+
 def test_run_marks_the_result_path_before_pytest_starts(tmp_path, monkeypatch):
     from cpugpu_conformance.cli import run as running
+    from cpugpu_conformance.cli.run_result import NOT_STARTED
 
     path = old_pass(tmp_path / "cell.json")
     seen = {}
@@ -171,7 +204,7 @@ def test_run_marks_the_result_path_before_pytest_starts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(running, "run_suite", suite)
     assert running.main(["--cell-result", str(path), "--promise", "2"]) == 0
-    assert seen["cell"].status == "error" and seen["cell"].detail == running.NOT_STARTED
+    assert seen["cell"].status == "error" and seen["cell"].detail == NOT_STARTED
     assert not seen["cell"].answer().clean
 
 

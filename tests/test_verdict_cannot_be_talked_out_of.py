@@ -140,6 +140,22 @@ def test_the_reference_still_passes_with_reruns_and_repeats(tmp_path):
     assert ran.cell.answer().clean
 
 
+@pytest.mark.parametrize("result", [True, False], ids=["result-file", "plain"])
+def test_blocking_the_recorder_is_refused(tmp_path, result):
+    """`-p no:cpugpu-cell-recorder` would leave no one to judge the run: a failing class with a
+    passing rerun exited 0, its file still "in progress". It is bad input: exit 4, the file says so."""
+    where = project(tmp_path)
+    args = ["--cpugpu-promise", "3", "--reruns", "1", "-p", "no:cpugpu-cell-recorder"]
+    if result:
+        ran = run(where, *args)
+        assert ran.cell.status == "error" and "-p no:cpugpu-cell-recorder" in ran.cell.detail, ran.cell.detail
+    else:
+        ran = subprocess.run([str(BIN / "pytest"), *args], cwd=where, env=outside_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert ran.returncode == 4, (ran.stdout[-3000:], ran.stderr[-2000:])
+    assert "the recorder is what judges the run" in ran.stderr, ran.stderr[-2000:]
+
+
 def test_run_with_reruns_is_a_failure(tmp_path):
     """`cpugpu-conformance run ... --reruns 1`: the shipped suite, the same rule."""
     (tmp_path / "firstuse.py").write_text(FIRST_USE)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exits import SuiteExit
+from .run_result import identity, mark_not_started, record_refusal, says_interrupted
 
 HELP = "run the conformance suite on the reference or your class (--impl SPEC); every argument goes to pytest"
 
@@ -65,14 +66,9 @@ REFUSED_OPTIONS = {
 NEEDED_PLUGINS = {
     "hypothesispytest": "the suite needs hypothesis's pytest plugin (--hypothesis-profile, its health checks)",
     "cpugpu_conformance.testing.plugin": "the library's plugin is what judges the run and writes its result file",
+    "cpugpu-cell-recorder": "the recorder is what judges the run and sets its exit status",
     __name__: "it is how `run` keeps the caller's directory out of the run",
 }
-# What the file at --cell-result says from the moment `run` takes it until the suite writes its
-# answer: a run in which the plugin never loads (PYTEST_ADDOPTS="-p no:...",
-# PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 and a plugin that needed it) leaves this, never an earlier pass.
-NOT_STARTED = ("the run did not start: `cpugpu-conformance run` marked this path before pytest started, "
-               "and the suite never wrote its answer here")
-
 
 class SuiteNotFound(Exception):
     """Neither the installed suite nor a checkout's conformance/ is there; one line says where it looked."""
@@ -181,73 +177,6 @@ def _check_result_path(prepared: Prepared) -> None:
         pass  # a folder that cannot be read or written: the suite says so when it takes the path
 
 
-# ---------------------------------------------------------------------------- the result at --cell-result
-
-
-def _identity(path: str | None) -> tuple[int, ...] | None:
-    """What tells whether a file was replaced: every write is a rename of a new file."""
-    try:
-        info = os.stat(path) if path else None
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size) if info else None
-
-
-def _cell_name(prepared: Prepared) -> str:
-    if prepared.values.get("--cell-name"):
-        return prepared.values["--cell-name"]
-    from importlib import metadata
-
-    try:
-        return f"torch-{metadata.version('torch').split('+')[0]}"
-    except metadata.PackageNotFoundError:
-        return "torch-unknown"
-
-
-def record_refusal(prepared: Prepared, status: str, detail: str, exitstatus: int) -> str | None:
-    """Replace the file at --cell-result with this run's ``status`` for a run that did not get to
-    write its own answer (never leave an earlier run's verdict there); returns why it could
-    not, or None. A path another run holds is left alone."""
-    from .. import results
-
-    path = prepared.cell_result
-    if not path:
-        return None
-    try:
-        with results.exclusive(path):
-            results.CellResult.new(_cell_name(prepared), status, detail=detail, pytest_exitstatus=exitstatus,
-                               impl=prepared.values.get("--impl"), argv=sys.argv[1:]).write(path)
-    except results.ResultPathBusy:
-        return None  # another run is writing it: its answer, not an older one, will be there
-    except (OSError, ValueError, results.ResultFileError) as exc:
-        return f"{path} could not be replaced: {getattr(exc, 'strerror', None) or exc}"
-    return None
-
-
-def mark_not_started(prepared: Prepared) -> str | None:
-    """Before pytest starts: the file at --cell-result says ``error`` (NOT_STARTED), so only the
-    suite's own answer can replace an earlier run's. Returns why the path cannot be taken (one
-    line: another run holds it, it holds something that is not a result file, it cannot be
-    written), or None."""
-    from .. import results
-
-    path = prepared.cell_result
-    if not path:
-        return None
-    try:
-        with results.exclusive(path):
-            results.CellResult.new(_cell_name(prepared), "error", detail=NOT_STARTED, impl=prepared.values.get("--impl"),
-                                   argv=sys.argv[1:]).write(path)
-    except results.ResultPathBusy as exc:
-        return f"--cell-result {exc}"
-    except OSError as exc:  # not a regular file, not one of our result files, no permission
-        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
-        return f"--cell-result {why}" if why.startswith(str(path)) else f"--cell-result {path}: {why}"
-    except (ValueError, results.ResultFileError) as exc:
-        return f"--cell-result {path}: {exc}"
-    return None
-
-
 def _refuse(prepared: Prepared) -> int:
     assert prepared.refusal is not None
     problem = record_refusal(prepared, "error", f"usage error (pytest exit status 4): {prepared.refusal}", SuiteExit.USAGE_ERROR)
@@ -349,7 +278,7 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
     interrupted, exit 2, whatever the status, with one line saying how it ended. Only an
     end marker written after pytest.main returned makes the child's status the run's.
     """
-    before = _identity(prepared.cell_result)
+    before = identity(prepared.cell_result)
     child: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="cpugpu-conformance-run-") as tmp, _forwarding_signals(child):
         end = Path(tmp) / "end"
@@ -370,7 +299,7 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
         print(f"cpugpu-conformance run: {how}: the run was interrupted, it is not a pass"
               + (f" ({problem})" if problem else ""), file=sys.stderr)
         return SuiteExit.INTERRUPTED
-    if prepared.cell_result and _identity(prepared.cell_result) == before:
+    if prepared.cell_result and identity(prepared.cell_result) == before:
         # The suite wrote nothing: pytest refused the command line before the suite started (its
         # message is above), or the plugin never loaded. The path still says NOT_STARTED; say how.
         if code == 0:
@@ -381,7 +310,14 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
             return SuiteExit.INTERNAL_ERROR
         status = "interrupted" if code == SuiteExit.INTERRUPTED else "error"
         record_refusal(prepared, status, f"pytest exit status {code} before the suite started (see the run's output)", code)
+    elif prepared.cell_result and code != SuiteExit.INTERRUPTED and says_interrupted(prepared.cell_result):
+        # pytest reached its end, but the file still says the run never finished (its placeholder:
+        # nothing judged the run). The exit status says what the file says: never a pass.
+        print(f"cpugpu-conformance run: pytest exited {code}, but {prepared.cell_result} says the run did not "
+              "finish: it was interrupted, it is not a pass", file=sys.stderr)
+        return SuiteExit.INTERRUPTED
     return code
+
 
 
 def main(args: Sequence[str]) -> int:

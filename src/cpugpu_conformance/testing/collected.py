@@ -20,6 +20,7 @@ from cpugpu_conformance.promises import APPLIES_TO, not_applicable
 from .shared import marks
 from .shared.marks import DEVICES_MARK
 from .verdict.plan import DevicePlan, flags, marked_devices, wanted
+from .verdict.start import RECORDER
 from .verdict.stash import PROMISE_FILTER, TESTED_CLASSES, WARNINGS
 from .verdict.state_judge import KIND as STATE_KIND
 
@@ -106,7 +107,7 @@ def check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, "
                                 f"and this run has {len(tested)} ({names}): select one with -k")
     config.stash[TESTED_CLASSES] = sorted(tested)
-    recorder = config.pluginmanager.get_plugin("cpugpu-cell-recorder")
+    recorder = config.pluginmanager.get_plugin(RECORDER)
     if recorder is not None and not recorder.impl:
         recorder.impl = ", ".join(sorted(tested))
 

@@ -49,7 +49,7 @@ from .verdict.plan import (
     refused_plan,
     select_promises,
 )
-from .verdict.start import is_controller, load_known_failures, record_usage_error, start_recorder
+from .verdict.start import RECORDER, is_controller, load_known_failures, record_usage_error, start_recorder
 from .verdict.stash import (
     LOAD_CLASS,
     PLAN,
@@ -370,7 +370,7 @@ def _check_torch_is_torch(config: pytest.Config, when: str) -> None:
         config.workeroutput[_WORKER_FACTS]["refused"] = why
         return
     exc = pytest.UsageError(why)
-    record_usage_error(config.pluginmanager.get_plugin("cpugpu-cell-recorder"), exc)
+    record_usage_error(config.pluginmanager.get_plugin(RECORDER), exc)
     raise exc
 
 

@@ -11,6 +11,9 @@ from .plan import flags
 from .recording import CellRecorder
 from .stash import IMPL_SPEC, SUITE_EXIT
 
+# The name the recorder is registered under, which `-p no:NAME` would block.
+RECORDER = "cpugpu-cell-recorder"
+
 
 def is_controller(config: pytest.Config) -> bool:
     """The only process, or xdist's controller: not a worker."""
@@ -36,9 +39,16 @@ def start_recorder(config: pytest.Config, chosen: frozenset[str] | None) -> Cell
     recorder = CellRecorder(config, path, name, chosen, impl, profile, sets_exit=sets_exit)
     if path is not None:
         recorder.hold()
+    if config.pluginmanager.is_blocked(RECORDER):
+        # `-p no:cpugpu-cell-recorder`: pytest would register nothing and say nothing, and no one
+        # would judge the run (a failing class would exit 0, the file keep its placeholder).
+        error = pytest.UsageError(f"-p no:{RECORDER}: the recorder is what judges the run and sets its exit "
+                                  "status; it cannot be turned off")
+        record_usage_error(recorder, error)
+        raise error
     if sets_exit:
         recorder.watch_sigint()
-    config.pluginmanager.register(recorder, "cpugpu-cell-recorder")
+    config.pluginmanager.register(recorder, RECORDER)
     return recorder
 
 
