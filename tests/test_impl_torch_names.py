@@ -110,3 +110,22 @@ def test_a_tensor_method_of_torchs_older_base_class_is_torchs_own():
     assert impl._made_by_torch(SimpleNamespace(__name__="copy_", __objclass__=older), "copy_", home)
     foreign = type("_TensorBase", (), {"__module__": "mylib"})
     assert not impl._made_by_torch(SimpleNamespace(__name__="copy_", __objclass__=foreign), "copy_", home)
+
+
+def test_the_watch_names_what_changed_since_it_started_and_nothing_else(monkeypatch):
+    changed = impl.watch_torch()
+    assert changed() == []
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, other, non_blocking=False: self)
+    monkeypatch.setattr(torch._C, "_InferenceMode", lambda mode: None)
+    assert [line.split(" ")[0] for line in changed()] == ["torch._C._InferenceMode", "torch.Tensor.copy_"]
+    monkeypatch.undo()
+    assert changed() == []
+
+
+def test_every_name_is_torchs_own_in_this_torch():
+    """The names below the modes (their methods, torch._C's guard) are torch's own as shipped, or every
+    run would be an error."""
+    found = impl.torch_identities()
+    for name in ("torch.inference_mode.__enter__", "torch.no_grad.__exit__", "torch._C._InferenceMode"):
+        assert found[name] is not None
+    assert impl.not_torchs_own() == []

@@ -372,8 +372,61 @@ def test_a_conftest_that_patches_torch_makes_the_run_an_error(tmp_path):
     assert "torch is not torch's own" in ran.stderr
 
 
-def test_a_test_that_leaves_torch_patched_makes_the_run_an_error(tmp_path):
-    ran = run(project(tmp_path, buffer="CpuGpuBuffer", conftest_extra=PATCHING_FIXTURE), "--cpugpu-promise", "2")
+@pytest.mark.parametrize("selected, when", [
+    # The first test's teardown patched it: the next test's call ran against it, and says so.
+    ([], " ran: "),
+    # The only test's teardown patched it: the check at the end finds it.
+    (["-k", "test_starts_zeroed"], "at the end of the run: "),
+], ids=["a-later-test", "the-last-test"])
+def test_a_test_that_leaves_torch_patched_makes_the_run_an_error(tmp_path, selected, when):
+    ran = run(project(tmp_path, buffer="CpuGpuBuffer", conftest_extra=PATCHING_FIXTURE), "--cpugpu-promise", "2",
+              *selected)
     assert ran.returncode == 4, ran.tail()
-    assert ran.cell.status == "error" and "at the end of the run" in ran.cell.detail
-    assert "torch.Tensor.copy_" in ran.cell.detail
+    assert ran.cell.status == "error" and f"{when}torch.Tensor.copy_ (now conftest.leave_zeros_patched." in ran.cell.detail, \
+        ran.cell.detail
+
+
+# pytest's monkeypatch undoes the patch at the test's teardown: by the end of the run torch is torch again.
+PATCHING_WHILE_EACH_TEST_RUNS = '''
+
+import torch
+
+_REAL = torch.inference_mode
+
+
+@pytest.fixture(autouse=True)
+def no_inference_mode(monkeypatch):
+    monkeypatch.setattr(torch, "inference_mode", lambda mode=True: _REAL(False))
+'''
+
+# Below the names a conftest would patch first: the mode's own methods, and the C++ guard they call.
+PATCHING_THE_MODES_METHODS = '''
+
+from torch.autograd import grad_mode
+
+grad_mode.inference_mode.__enter__ = lambda self: None
+grad_mode.inference_mode.__exit__ = lambda self, *exc: None
+'''
+
+PATCHING_THE_GUARD = '''
+
+import contextlib
+
+import torch
+
+torch._C._InferenceMode = lambda mode: contextlib.nullcontext()
+'''
+
+
+@pytest.mark.parametrize("conftest, named", [
+    (PATCHING_WHILE_EACH_TEST_RUNS, "ran: torch.inference_mode (now conftest.no_inference_mode.<locals>.<lambda>)"),
+    (PATCHING_THE_MODES_METHODS, "torch.inference_mode.__enter__ (now conftest.<lambda>); torch.inference_mode.__exit__"),
+    (PATCHING_THE_GUARD, "torch._C._InferenceMode (now conftest.<lambda>)"),
+], ids=["monkeypatch-per-test", "the-modes-methods", "the-cpp-guard"])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_torch_patched_out_of_the_checks_sight_is_still_an_error(tmp_path, conftest, named, workers):
+    """Each patch passed the pre-fix class (exit 0, every promise passed) until the plugin looked
+    after each test's call and at the modes' own methods."""
+    ran = run(project(tmp_path, buffer="PreFixCpuGpuBuffer", conftest_extra=conftest), "--cpugpu-promise", "3", *workers)
+    assert ran.returncode == 4, ran.tail()
+    assert ran.cell.status == "error" and named in ran.cell.detail, ran.cell.detail

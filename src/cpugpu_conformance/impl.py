@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,14 @@ TORCH_NAMES = (
     "torch.set_grad_enabled",
     "torch.is_grad_enabled",
     "torch.is_inference_mode_enabled",
+    # What the two modes are made of: their methods, and the C++ guard and switch those call.
+    "torch.inference_mode.__init__",
+    "torch.inference_mode.__enter__",
+    "torch.inference_mode.__exit__",
+    "torch.no_grad.__enter__",
+    "torch.no_grad.__exit__",
+    "torch._C._InferenceMode",
+    "torch._C._set_grad_enabled",
     "torch.zeros",
     "torch.zeros_like",
     "torch.empty",
@@ -153,6 +161,38 @@ def _what(obj: Any) -> str:
     if module and name:
         return f"{module}.{name}"
     return f"a {type(obj).__qualname__}"
+
+
+def watch_torch() -> Callable[[], list[str]]:
+    """What TORCH_NAMES name now, as a check to run again and again: it returns each name that
+    names something else since (with what stands in its place). A dict lookup a name, so the
+    plugin can run it after every library test: a fixture that patches torch and undoes the
+    patch at its teardown (pytest's monkeypatch) is gone by the end of the run."""
+    import torch
+
+    watched = []
+    for name in TORCH_NAMES:
+        *path, attr = name.split(".")[1:]
+        owner: Any = torch
+        for part in path:
+            owner = inspect.getattr_static(owner, part, _ABSENT)
+        if owner is not _ABSENT:  # a class this release lacks (torch.cuda.Stream on a CPU build)
+            watched.append((name, owner, attr, _stored(owner, attr)))
+
+    def changed() -> list[str]:
+        return [f"{name} (now {'absent' if now is _ABSENT else _what(now)})" for name, owner, attr, was in watched
+                if (now := _stored(owner, attr)) is not was]
+
+    return changed
+
+
+def _stored(owner: Any, attr: str) -> Any:
+    """inspect.getattr_static for a module or a class, without its generality (it runs often)."""
+    for holder in owner.__mro__ if isinstance(owner, type) else (owner,):
+        found = vars(holder).get(attr, _ABSENT)
+        if found is not _ABSENT:
+            return found
+    return _ABSENT
 
 
 def replaced_names(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:

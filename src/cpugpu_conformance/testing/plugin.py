@@ -38,7 +38,7 @@ from cpugpu_conformance import devices
 from .collected import check_classes, is_buffer_class, is_state_class, kind_of, runs_here, say_collisions, why_not_here
 from .shared import marks
 from .shared.marks import COSTLY_MARK
-from .verdict import recording, reports
+from .verdict import recording, reports, torch_is_torch
 from .verdict.plan import (
     DevicePlan,
     as_facts,
@@ -49,7 +49,7 @@ from .verdict.plan import (
     refused_plan,
     select_promises,
 )
-from .verdict.start import RECORDER, is_controller, load_known_failures, record_usage_error, start_recorder
+from .verdict.start import is_controller, load_known_failures, record_usage_error, start_recorder
 from .verdict.stash import (
     LOAD_CLASS,
     PLAN,
@@ -60,13 +60,13 @@ from .verdict.stash import (
     TESTED_CLASSES,
     TORCH_REPLACED,
     WARNINGS,
+    WORKER_FACTS,
 )
 from .verdict.state_judge import KIND as STATE_KIND
 
 # The plugin's hypothesis profiles, registered (never loaded) when a run names one: importing
 # hypothesis costs a run that never uses it seconds, so the plugin imports it only then.
 PROFILE_PREFIX = "cpugpu-"
-
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -182,7 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # here it would be a traceback per worker, and workers restarted in a loop.
         config.stash[REFUSED] = str(exc)
     if hasattr(config, "workeroutput"):  # for the controller, which imported no torch
-        config.workeroutput[_WORKER_FACTS] = {
+        config.workeroutput[WORKER_FACTS] = {
             "plan": as_facts(plan),
             "warnings": config.stash[WARNINGS].copy(),
             "refused": config.stash.get(REFUSED, None),
@@ -206,14 +206,10 @@ def _configure_controller(config: pytest.Config) -> None:
     load_known_failures(config, start_recorder(config, config.stash[PROMISE_FILTER]))
 
 
-# The key of what a worker tells the controller in its workeroutput (plain data).
-_WORKER_FACTS = "cpugpu_conformance"
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """In the controller: the plan, warnings and run facts of the first worker to finish (they all agree)."""
-    facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+    facts = getattr(node, "workeroutput", {}).get(WORKER_FACTS)
     if facts and facts.get("torch_replaced"):
         node.config.stash[TORCH_REPLACED] = facts["torch_replaced"]
     if facts and facts.get("refused") and node.config.stash.get(PLAN, None) is not None:
@@ -272,8 +268,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
              "deselected_why": config.stash.get(_DESELECTED_WHY, None) or {}}
     config.stash[RUN_FACTS] = facts
     if hasattr(config, "workeroutput"):  # an inert run's worker worked its plan out only now
-        config.workeroutput.setdefault(_WORKER_FACTS, {"plan": as_facts(plan), "warnings": [], "refused": None})
-        config.workeroutput[_WORKER_FACTS]["run"] = facts
+        config.workeroutput.setdefault(WORKER_FACTS, {"plan": as_facts(plan), "warnings": [], "refused": None})
+        config.workeroutput[WORKER_FACTS]["run"] = facts
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -314,7 +310,7 @@ def _plan(config: pytest.Config) -> DevicePlan:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     say_collisions(config, items)
     if REFUSED not in config.stash and any(kind_of(item)[0] for item in items):
-        _check_torch_is_torch(config, "before the tests")
+        torch_is_torch.check_before_the_tests(config)
     ours = [item for item in items if is_buffer_class(getattr(item, "cls", None))]
     if not ours:
         return
@@ -345,49 +341,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _DESELECTED_WHY = pytest.StashKey[dict]()
 
 
-def _torch_replaced(when: str) -> str | None:
-    """The one line that says torch's functions are not torch's own (impl.not_torchs_own), or None."""
-    from cpugpu_conformance.impl import not_torchs_own
-
-    replaced = not_torchs_own()
-    if not replaced:
-        return None
-    return (f"torch is not torch's own {when}: {'; '.join(replaced)}: the contract rests on these, and a run "
-            "against a replacement shows nothing (find what patches them: the class under test's module, a "
-            "conftest, a plugin)")
-
-
-def _check_torch_is_torch(config: pytest.Config, when: str) -> None:
-    """The run is an error, naming each function, when the tests would run against a patched torch
-    (the class's module was imported by now: the library's classes are collected)."""
-    why = _torch_replaced(when)
-    if why is None:
-        return
-    config.stash[TORCH_REPLACED] = why
-    if hasattr(config, "workeroutput"):  # an xdist worker runs nothing and hands the refusal on (one line)
-        config.stash[REFUSED] = why
-        config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
-        config.workeroutput[_WORKER_FACTS]["refused"] = why
-        return
-    exc = pytest.UsageError(why)
-    record_usage_error(config.pluginmanager.get_plugin(RECORDER), exc)
-    raise exc
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
+# The innermost wrapper: hypothesis's own wrapper sets a key of its own for a test with a
+# parametrize marker, and the contract key must be the one the test runs with.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item):
     """Each parametrization of a library test (device, creation context, ...) draws examples of its
     own: hypothesis keys a test's examples by its function, and gives a parametrized test one key
     per node only when a parametrize marker made it, not the plugin's parametrization. The key is
     the test's contract key (keys.py), the same in every project, so a derandomized run draws
-    the same examples for a test wherever its class lives."""
-    if not is_buffer_class(getattr(item, "cls", None)):
-        return
+    the same examples for a test wherever its class lives. After the call: torch is still torch."""
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
-    if inner is not None:
+    if inner is not None and is_buffer_class(getattr(item, "cls", None)):
         from .verdict.keys import key_of_item
 
         inner._hypothesis_internal_add_digest = key_of_item(item).encode()
+    try:
+        return (yield)
+    finally:
+        if kind_of(item)[0]:
+            torch_is_torch.check_after_the_call(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -405,12 +377,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if "torch" in sys.modules and _INVENTORY in config.stash and _inventory(config).items \
             and not _hands_tests_to_workers(config) and TORCH_REPLACED not in config.stash:
         # Where the tests ran: a test (or a fixture) that patched torch and left it patched.
-        why = _torch_replaced("at the end of the run")
+        why = torch_is_torch.replaced_line("at the end of the run")
         if why is not None:
-            config.stash[TORCH_REPLACED] = why
-            if hasattr(config, "workeroutput"):
-                config.workeroutput.setdefault(_WORKER_FACTS, {"plan": None, "warnings": [], "refused": None})
-                config.workeroutput[_WORKER_FACTS]["torch_replaced"] = why
+            torch_is_torch.note(config, why)
     # Every requested device missing means nothing was tested: never let that read as a pass.
     if REFUSED in session.config.stash:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR

@@ -32,5 +32,7 @@ RUN_FACTS = pytest.StashKey[dict]()
 # Set by a matrix cell's runner (runner/cell.py), which writes the suite's file to a staging path and
 # moves it into place: the final path, for the line that says where the result is.
 SHOWN_AS = "CPUGPU_CONFORMANCE_RESULT_SHOWN_AS"
-# The line that says a test left torch patched (plugin.py checks torch again where the tests ran).
+# The line that says torch was patched where the tests ran (torch_is_torch.py).
 TORCH_REPLACED = pytest.StashKey[str]()
+# The key of what an xdist worker tells the controller in its workeroutput (plain data).
+WORKER_FACTS = "cpugpu_conformance"
