@@ -228,16 +228,21 @@ class TestOurs(OurHelpers, BufferContractTests):
     assert any("OurHelpers defines `build`" in w and "rename it" in w for w in ran.cell.warnings), ran.cell.warnings
 
 
-def test_an_instance_attribute_that_hides_a_helper_is_caught(tmp_path):
-    body = '''
+@pytest.mark.parametrize("owner, why", [
+    ("self", "hides the library's"),
+    # The class-level fixture idiom (request.cls.NAME = ...): the class gains the name after collection.
+    ("type(self)", "TestOurs defines `build`"),
+], ids=["instance", "class-at-runtime"])
+def test_an_attribute_set_at_runtime_that_hides_a_helper_is_caught(tmp_path, owner, why):
+    body = f'''
     @pytest.fixture(autouse=True)
     def _ours(self):
-        self.build = lambda *args, **kwargs: None
+        {owner}.build = lambda *args, **kwargs: None
 '''
     ran = run(project(tmp_path, buffer="ZeroMeansAll", body=body), "--cpugpu-promise", "8")
     assert ran.returncode in (5, 6), ran.tail()
     untested = ran.cell.entry("8", "cpu")["untested_tests"]
-    assert any("hides the library's" in t["why"] for t in untested), untested
+    assert any(why in t["why"] for t in untested), untested
 
 
 def test_the_declared_surface_is_allowed(tmp_path):

@@ -51,10 +51,17 @@ def _declared(mro: tuple[type, ...]) -> frozenset[str]:
     return frozenset(allowed)
 
 
-@functools.cache
 def collisions(cls: type) -> tuple[str, ...]:
     """Each undeclared library name a non-library class in ``cls``'s MRO defines, as one line:
-    ``TestOurs defines `scenario`, a helper the contract's tests call (BufferTests.scenario)``."""
+    ``TestOurs defines `scenario`, a helper the contract's tests call (BufferTests.scenario)``.
+
+    Asked again at each test: a fixture may set a name on the class while the run goes on
+    (``request.cls.scenario = ...``), so the answer is kept per set of names the classes define."""
+    return _collisions(cls, tuple(frozenset(vars(base)) for base in cls.__mro__ if not is_library_class(base)))
+
+
+@functools.cache
+def _collisions(cls: type, _names: tuple[frozenset[str], ...]) -> tuple[str, ...]:
     mro = cls.__mro__
     library = [c for c in mro if is_library_class(c)]
     owners: dict[str, str] = {}
