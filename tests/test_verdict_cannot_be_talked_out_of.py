@@ -7,69 +7,11 @@ that breaks a promise; none may come out clean, and the reference must still pas
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from suite_runner import REPO, outside_env
-from third_party import broken_class_project, make_project, run_project
-
-BIN = Path(sys.executable).parent
-
-# A class that breaks promise 3 on its first construction inside inference mode in a process only:
-# any order-dependent or first-use bug looks like this, and a rerun of the failed test passes.
-FIRST_USE = '''
-import torch
-
-from cpugpu_conformance.reference import CpuGpuBuffer
-from cpugpu_conformance.variants import PreFixCpuGpuBuffer
-
-_FIRST = [True]
-
-
-class FirstTimeBroken(CpuGpuBuffer):
-    """The fixed class, but its first construction inside inference mode is the pre-fix one's."""
-
-    def __init__(self, *size, dtype, device, pin_memory, with_numpy=True):
-        if _FIRST[0] and torch.is_inference_mode_enabled():
-            _FIRST[0] = False
-            PreFixCpuGpuBuffer.__init__(self, *size, dtype=dtype, device=device, pin_memory=pin_memory,
-                                        with_numpy=with_numpy)
-            return
-        super().__init__(*size, dtype=dtype, device=device, pin_memory=pin_memory, with_numpy=with_numpy)
-
-
-class ZeroMeansAll(CpuGpuBuffer):
-    """Promise 8: copy_to_gpu(0) copies everything (a falsy n read as None)."""
-
-    def copy_to_gpu(self, n=None):
-        return super().copy_to_gpu(n or None)
-'''
-
-
-def project(tmp_path: Path, buffer: str = "FirstTimeBroken", body: str = "", conftest_extra: str = "",
-            bases: str = "BufferContractTests") -> Path:
-    return broken_class_project(tmp_path / "ours", "firstuse", FIRST_USE, buffer, body=body, bases=bases,
-                                conftest_extra=conftest_extra)
-
-
-def run(where: Path, *args: str, env: dict[str, str] | None = None):
-    if env is None:
-        return run_project(BIN, where, *args, result="cell.json")
-    junit = where / "junit.xml"
-    proc = subprocess.run([str(BIN / "pytest"), f"--junitxml={junit}", "--cpugpu-cell-result", "cell.json", *args],
-                          cwd=where, env=env, capture_output=True, text=True, timeout=600)
-    from third_party import ProjectRun, _cases
-
-    return ProjectRun(where, proc.returncode, proc.stdout, proc.stderr, _cases(junit) if junit.exists() else [],
-                      where / "cell.json")
-
-
-def failure_of(ran, promise: str = "3") -> dict:
-    outcome = ran.cell.outcome(promise, "cpu")
-    assert outcome.kind == "failed", (outcome, ran.tail())
-    return outcome.failures[0]
-
+from third_party import make_project, run_project
+from verdict_projects import BIN, FIRST_USE, failure_of, project, run
 
 # --- 1. Every attempt counts
 
@@ -390,48 +332,3 @@ def test_a_test_that_leaves_torch_patched_makes_the_run_an_error(tmp_path, selec
     assert ran.cell.status == "error" and f"{when}torch.Tensor.copy_ (now conftest.leave_zeros_patched." in ran.cell.detail, \
         ran.cell.detail
 
-
-# pytest's monkeypatch undoes the patch at the test's teardown: by the end of the run torch is torch again.
-PATCHING_WHILE_EACH_TEST_RUNS = '''
-
-import torch
-
-_REAL = torch.inference_mode
-
-
-@pytest.fixture(autouse=True)
-def no_inference_mode(monkeypatch):
-    monkeypatch.setattr(torch, "inference_mode", lambda mode=True: _REAL(False))
-'''
-
-# Below the names a conftest would patch first: the mode's own methods, and the C++ guard they call.
-PATCHING_THE_MODES_METHODS = '''
-
-from torch.autograd import grad_mode
-
-grad_mode.inference_mode.__enter__ = lambda self: None
-grad_mode.inference_mode.__exit__ = lambda self, *exc: None
-'''
-
-PATCHING_THE_GUARD = '''
-
-import contextlib
-
-import torch
-
-torch._C._InferenceMode = lambda mode: contextlib.nullcontext()
-'''
-
-
-@pytest.mark.parametrize("conftest, named", [
-    (PATCHING_WHILE_EACH_TEST_RUNS, "ran: torch.inference_mode (now conftest.no_inference_mode.<locals>.<lambda>)"),
-    (PATCHING_THE_MODES_METHODS, "torch.inference_mode.__enter__ (now conftest.<lambda>); torch.inference_mode.__exit__"),
-    (PATCHING_THE_GUARD, "torch._C._InferenceMode (now conftest.<lambda>)"),
-], ids=["monkeypatch-per-test", "the-modes-methods", "the-cpp-guard"])
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_torch_patched_out_of_the_checks_sight_is_still_an_error(tmp_path, conftest, named, workers):
-    """Each patch passed the pre-fix class (exit 0, every promise passed) until the plugin looked
-    after each test's call and at the modes' own methods."""
-    ran = run(project(tmp_path, buffer="PreFixCpuGpuBuffer", conftest_extra=conftest), "--cpugpu-promise", "3", *workers)
-    assert ran.returncode == 4, ran.tail()
-    assert ran.cell.status == "error" and named in ran.cell.detail, ran.cell.detail

@@ -17,7 +17,7 @@ import pytest
 
 from cpugpu_conformance.promises import APPLIES_TO, not_applicable
 
-from .shared import marks
+from .shared import marks, surface
 from .shared.marks import DEVICES_MARK
 from .verdict.plan import DevicePlan, flags, marked_devices, wanted
 from .verdict.start import RECORDER
@@ -101,7 +101,8 @@ def check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
         if cls.buffer_cls is None and cls.make_buffer is base.make_buffer:
             raise pytest.UsageError(f"{cls.__module__}.{cls.__qualname__}: set buffer_cls to the class under test "
                                     "(or override make_buffer)")
-        tested.setdefault(_spec_of(cls), f"{cls.__module__}.{cls.__qualname__}")
+        item.stash[surface.TESTED_AS] = spec = surface.tested_spec(cls)
+        tested.setdefault(spec, f"{cls.__module__}.{cls.__qualname__}")
     if len(tested) > 1 and config.getoption("cpugpu_cell_result"):
         names = ", ".join(f"{where} tests {spec}" for spec, where in sorted(tested.items()))
         raise pytest.UsageError(f"{flags(config)['cell_result']}: a result file is about one class under test, "
@@ -110,8 +111,3 @@ def check_classes(config: pytest.Config, items: list[pytest.Item]) -> None:
     recorder = config.pluginmanager.get_plugin(RECORDER)
     if recorder is not None and not recorder.impl:
         recorder.impl = ", ".join(sorted(tested))
-
-
-def _spec_of(cls: Any) -> str:
-    target = cls.buffer_cls if cls.buffer_cls is not None else cls
-    return f"{target.__module__}:{target.__qualname__}"

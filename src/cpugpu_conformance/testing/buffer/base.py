@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from cpugpu_conformance import devices
 from cpugpu_conformance import promises as P
 
-from ..shared import budget
+from ..shared import budget, surface
 from ..shared import strategies as s
 from ..shared.contexts import PLAIN, Context
 from ..shared.helpers import sync
@@ -57,6 +57,7 @@ class BufferTests:
     def record(self, request: pytest.FixtureRequest) -> Record:
         """This test's reproducer, blame and observation, kept on its item for its report."""
         rec = Record(self._import_line(), promise=min(promises_of(request.node), key=int, default=None))
+        rec.tested_as = request.node.stash.get(surface.TESTED_AS, None)
         request.node.stash[RECORD] = rec
         return rec
 

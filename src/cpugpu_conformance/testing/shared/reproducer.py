@@ -59,6 +59,8 @@ class Record:
         self.contract_skip: str | None = None
         # The dtypes its scenarios bound: the result file says what each promise was checked with.
         self.dtypes: set[str] = set()
+        # The class under test as collection found it (surface.TESTED_AS), for a buffer test.
+        self.tested_as: str | None = None
 
     def __repr__(self) -> str:
         # Hypothesis prints a failing example's arguments: an address would differ run to run.

@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
+
 # The declared surface, by the library class that offers it (docs/library.md says the same).
 OVERRIDABLE: dict[str, frozenset[str]] = {
     # The class under test, how a reproducer imports it, and the adapter for another constructor.
@@ -37,6 +39,18 @@ ANY_CLASS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__w
                        "_abc_impl"})
 
 LIBRARY_PACKAGE = "cpugpu_conformance.testing"
+
+# The class under test as collection found it (collected.check_classes), kept on each item: the
+# result file names it, so a test that would run against another class is untested (stamps.py).
+TESTED_AS = pytest.StashKey[str]()
+
+
+def tested_spec(owner: Any) -> str:
+    """How the result file names the class under test of a test class or instance: its buffer_cls,
+    or the test class itself where an adapter (make_buffer) alone builds the buffers."""
+    target = owner.buffer_cls if getattr(owner, "buffer_cls", None) is not None else owner
+    target = target if isinstance(target, type) else type(target)
+    return f"{target.__module__}:{target.__qualname__}"
 
 
 def is_library_class(cls: type) -> bool:
