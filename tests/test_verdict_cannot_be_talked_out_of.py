@@ -271,6 +271,28 @@ def test_a_profile_under_the_plugins_name_with_one_example_is_untested(tmp_path)
     assert partial["max_examples"] == 1 and partial["examples"] <= 1, partial
 
 
+ONE_STEP_UNDER_OUR_NAME = '''
+from cpugpu_conformance.testing.shared import budget
+
+settings.register_profile("cpugpu-ci", **dict(budget.PROFILES["ci"], stateful_step_count=1))
+settings.load_profile("cpugpu-ci")
+'''
+
+
+def test_a_profile_that_gives_the_state_machine_one_step_leaves_it_untested(tmp_path):
+    """A state machine of one step a example is no sequence of calls: a class that only a second copy
+    after a NumPy write catches passed the whole contract under such a profile, named cpugpu-ci."""
+    ran = run(project(tmp_path, buffer="CpuGpuBuffer", conftest_extra=ONE_STEP_UNDER_OUR_NAME), "--cpugpu-promise", "9")
+    assert ran.returncode in (5, 6), ran.tail()
+    assert ran.cell.outcome("9", "cpu").kind == "untested"
+    whys = {t["test"]: t["why"] for t in ran.cell.entry("9", "cpu")["untested_tests"]}
+    machine = [why for test, why in whys.items() if "test_buffer_state_machine" in test]
+    assert machine and all("at most 1 step(s) a state machine example, below this test's floor of 10" in why
+                           for why in machine), whys
+    ran_under = next(v for k, v in ran.cell["hypothesis_ran"].items() if "test_buffer_state_machine" in k)
+    assert ran_under["stateful_step_count"] == 1 and ran_under["step_floor"] == 10, ran_under
+
+
 def test_a_profile_without_the_generate_phase_is_untested_not_failed(tmp_path):
     """The reverse: the reference under phases=[explicit] is no failure (hypothesis ran nothing)."""
     ran = run(project(tmp_path, buffer="CpuGpuBuffer", conftest_extra=EXPLICIT_ONLY), "--cpugpu-promise", "2,8")

@@ -272,7 +272,7 @@ class StateMachineTests(BufferTests):
 
     @pytest.mark.cpugpu_costly
     @pytest.mark.parametrize("shard", sorted(MODEL_DTYPES))
-    @contract_test(*PROMISES, examples=budget.share(len(MODEL_DTYPES), floor=1))  # its floor (stamps.py)
+    @contract_test(*PROMISES, examples=budget.share(len(MODEL_DTYPES), floor=1, stateful=True))  # floors: stamps.py
     def test_buffer_state_machine(self, record, device, shard):
         machine = BufferStateMachine.for_class(device=device, shard=shard, suite=self, record=record)
         run_state_machine_as_test(machine, settings=self.state_machine_settings())

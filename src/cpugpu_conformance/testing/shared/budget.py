@@ -58,6 +58,9 @@ def register_profiles(prefix: str) -> None:
 # (dtype, shape, flags, n), and is untested whatever its profile is called (judge.py). A third of
 # the default's: a team's quick profile of twenty examples is a test; max_examples=1 is not.
 FLOOR_SHARE = 3
+# A state machine's example is a run of steps: one step is no sequence of calls, so the steps a
+# profile gives it have a floor too, the same share of the smallest contract profile's.
+STEP_FLOOR = min(p["stateful_step_count"] for p in PROFILES.values()) // FLOOR_SHARE
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Examples:
     divisor: int = 1
     least: int = 1
     shrink: bool = True  # False: a failure is reported as found (phases)
+    stateful: bool = False  # a state machine's share: its steps an example have a floor (STEP_FLOOR)
 
     def settings(self) -> settings:
         return settings(max_examples=max(self.least, profile_examples() // self.divisor), phases=phases(self.shrink),
@@ -77,19 +81,24 @@ class Examples:
         """The fewest examples this test may run and still count: its share of the floor."""
         return max(self.least, min(p["max_examples"] for p in PROFILES.values()) // FLOOR_SHARE // self.divisor)
 
+    def step_floor(self) -> int | None:
+        """The fewest steps an example this test may run and still count (None: no state machine)."""
+        return STEP_FLOOR if self.stateful else None
+
     def __call__(self, test: Any) -> Any:
         decorated = self.settings()(test)
         decorated._cpugpu_floor = self.floor()
         return decorated
 
 
-def share(divisor: int, floor: int, *, shrink: bool = True) -> Examples:
+def share(divisor: int, floor: int, *, shrink: bool = True, stateful: bool = False) -> Examples:
     """1/divisor of the profile's examples, at least `floor`, with what the suite needs, as a test decorator.
 
     For tests whose main axis is a pytest parameter (a creation context, an engine-scale
     size): each parameter needs only a few examples. ``shrink=False``: see phases.
+    ``stateful``: a state machine's share, whose steps an example have a floor too.
     """
-    return Examples(divisor, floor, shrink)
+    return Examples(divisor, floor, shrink, stateful)
 
 
 def phases(shrink: bool = True) -> tuple[Phase, ...]:

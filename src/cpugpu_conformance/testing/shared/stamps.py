@@ -69,7 +69,8 @@ def stamped(test: Callable[..., Any]) -> Callable[..., Any]:
         planned = getattr(test, "_cpugpu_examples", None)  # a state machine's share, run by the body itself
         ran_under = getattr(test, "_hypothesis_internal_use_settings", None) or (planned and planned.settings())
         if ran_under is not None:
-            ran.settings_from(ran_under, planned.floor() if planned else getattr(test, "_cpugpu_floor", 1))
+            ran.settings_from(ran_under, planned.floor() if planned else getattr(test, "_cpugpu_floor", 1),
+                              planned.step_floor() if planned else None)
             short = ran.below_floor(before_the_run=True)
             if short:
                 record.stamp, record.stamp_detail = SHORT, short
@@ -153,12 +154,16 @@ class ExamplesRan:
     generated: bool = False  # whether the generate phase ran at all
     stopped: list[str] = field(default_factory=list)  # why each hypothesis run stopped
     runs: int = 0  # hypothesis runs (one per body call; a state machine is one too)
+    steps: int | None = None  # a state machine's: the profile's stateful_step_count
+    step_floor: int | None = None
 
-    def settings_from(self, ran_under: Any, floor: int) -> None:
+    def settings_from(self, ran_under: Any, floor: int, step_floor: int | None = None) -> None:
         self.max_examples = int(ran_under.max_examples)
         self.phases = [phase.name for phase in ran_under.phases]
         self.derandomize = bool(ran_under.derandomize)
         self.floor = floor
+        if step_floor is not None:
+            self.steps, self.step_floor = int(ran_under.stateful_step_count), step_floor
 
     def statistics(self, stats: dict[str, Any]) -> None:
         self.runs += 1
@@ -174,6 +179,10 @@ class ExamplesRan:
         if self.max_examples is not None and self.max_examples < self.floor:
             return (f"hypothesis was told to run at most {self.max_examples} example(s), below this test's floor of "
                     f"{self.floor} (a profile with max_examples of at least {self.floor * 3} is a test: budget.py)")
+        if self.steps is not None and self.step_floor is not None and self.steps < self.step_floor:
+            return (f"hypothesis was told to run at most {self.steps} step(s) a state machine example, below this "
+                    f"test's floor of {self.step_floor} (a profile with stateful_step_count of at least "
+                    f"{self.step_floor * 3} is a test: budget.py)")
         if self.max_examples is not None and "generate" not in self.phases:
             return f"hypothesis was told to run without its generate phase (phases: {', '.join(self.phases) or 'none'})"
         if before_the_run or not self.runs:
@@ -190,6 +199,8 @@ class ExamplesRan:
         out: dict[str, Any] = {"examples": self.examples, "floor": self.floor}
         if self.max_examples is not None:
             out.update(max_examples=self.max_examples, phases=self.phases, derandomize=self.derandomize)
+        if self.steps is not None:
+            out.update(stateful_step_count=self.steps, step_floor=self.step_floor)
         return out
 
 
