@@ -126,3 +126,16 @@ def test_a_missing_cell_is_still_exit_1_not_bad_input(tmp_path: Path, capsys) ->
     rf.write(tmp_path, "torch-2.13.0-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
     assert main(["summary", str(tmp_path), "--cells", "torch-2.13.0-cpu,torch-2.14.1-cpu"]) == 1
     assert "torch-2.14.1-cpu: " in capsys.readouterr().out
+
+
+def test_a_cell_asked_for_whose_file_holds_another_cells_result_has_no_answer(tmp_path: Path, capsys) -> None:
+    """A copied artifact: --cells torch-2.14.1-cpu found torch-2.14.1-cpu.json holding the clean 2.13.0
+    cell's result, and showed that cell's pass as its row, exit 0."""
+    rf.write(tmp_path, "torch-2.14.1-cpu.json", rf.completed("2.13.0", cell="torch-2.13.0-cpu"))
+    assert main(["summary", str(tmp_path), "--cells", "torch-2.14.1-cpu"]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    [row] = [line for line in lines if line.startswith("torch-2.14.1-cpu ")]
+    assert "UNREADABLE" in row.split()
+    [why] = [line for line in lines if line.startswith("torch-2.14.1-cpu: ")]
+    assert "holds the result of cell 'torch-2.13.0-cpu'" in why, why
+    assert lines[-1] == "1 cells, 0 clean, 1 not (counts are promise x device outcomes)"

@@ -47,11 +47,17 @@ class Row:
         return self.answer.upper().replace("_", " ")
 
 
-def _row(name: str, path: Path) -> Row:
+def _row(name: str, path: Path, asked: bool = False) -> Row:
+    """The row of the file at ``path``; ``asked``: the cell ``name`` was asked for by name (--cells),
+    so a file holding another cell's result (a copied or renamed artifact) is no answer for it."""
     try:
         result = results.CellResult.load(path)
     except results.ResultFileError as exc:
         return _row_without_result(name, path, exc)
+    if asked and result.name != name:
+        return _row_without_result(name, path, results.ResultFileError(
+            f"{path}: holds the result of cell {results.one_line(repr(result.name), 200)} (its \"cell\" key), "
+            f"not of {name!r}: another cell's result is never this cell's answer"))
     answer = result.answer()
     device = result.requested.get("device") or ",".join(result.tested_devices()) or "?"
     more = f" (+{len(answer.lines) - 1} more)" if len(answer.lines) > 1 else ""
@@ -93,7 +99,7 @@ def summarize(results_dir: Path, cells: Iterable[str] | None = None) -> list[Row
     """
     results_dir = Path(results_dir)
     names = [check_cell_name(n) for n in cells] if cells is not None else sorted(p.stem for p in results_dir.glob("*.json") if not p.name.startswith("."))
-    rows = [_row(name, results_dir / f"{name}.json") for name in names]
+    rows = [_row(name, results_dir / f"{name}.json", asked=cells is not None) for name in names]
     return sorted(rows, key=lambda r: (results.release_key(r.torch), r.device, r.cell))
 
 
