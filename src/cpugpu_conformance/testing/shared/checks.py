@@ -87,6 +87,14 @@ def numpy_view(buf, size, dtype, device):
     assert (raw(buf.gpu) == np_bytes()).all(), "copy_to_gpu did not carry a write made through buf.np"
     fill_bytes(buf.cpu, seed=2)  # torch -> NumPy
     assert (np_bytes() == raw(buf.cpu)).all(), "a write to buf.cpu is not seen through buf.np"
+    # An engine fills buf.np and copies every step; a write through NumPy moves no torch version
+    # counter, so a copy that skips "unchanged" data must still see it. Promise 5's own words (a write
+    # through np is carried by the copy), so the line does not name the copy: promise 8 is not blamed.
+    buf.copy_to_gpu()
+    np_fill(buf.np, seed=3)
+    buf.copy_to_gpu()
+    sync(device)
+    assert (raw(buf.gpu) == np_bytes()).all(), "the next copy to the device missed a write made through buf.np"
 
 
 def partial_copy(buf, method, n, dtype, device):
