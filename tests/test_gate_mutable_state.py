@@ -21,6 +21,7 @@ from suite_runner import outside_env
 from third_party import SEED_STATES
 
 from cpugpu_conformance.cli.dispatch import main
+from cpugpu_conformance.results import CellResult
 
 STATES = SEED_STATES + '''
 
@@ -137,6 +138,20 @@ def test_an_untested_state_class_is_a_gap_never_a_pass(tmp_path, capsys, runs):
     assert gate(tmp_path, runs["Fixed"], candidate) == 2
     err = capsys.readouterr().err
     assert "candidate torch-" in err and f"mutable state of {CLS} on cpu: untested (" in err and "deselected (-k)" in err
+
+
+@pytest.mark.parametrize("tests", ["none", "only skipped"])
+def test_a_state_class_the_file_calls_passed_with_no_test_that_ran_is_untested(tmp_path, capsys, runs, tests):
+    """A file whose class says passed, with no tests or only the contract's own skips, was a pass in the
+    gate and in the cell's answer: nothing showed the object's state mutable."""
+    candidate = copy.deepcopy(runs["Fixed"])
+    judged = candidate["mutable_state"][CLS]
+    judged["verdict"] = "passed"
+    judged["tests"] = [] if tests == "none" else [dict(t, verdict="skipped", why="skipped") for t in judged["tests"]]
+    answer = CellResult(candidate).answer()
+    assert answer.kind == "untested" and f"mutable state of {CLS}: no test of it ran" in answer.lines, answer
+    assert gate(tmp_path, runs["Fixed"], candidate) == 2
+    assert f"has no verdict for the mutable state of {CLS} on cpu: untested (no test of it ran here)" in capsys.readouterr().err
 
 
 def test_a_state_class_waived_in_both_cells_is_not_compared(tmp_path, capsys, runs):

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..promises import PROMISES, RECORDED_ONLY, applies
 from .model import CellResult, promise_order
-from .rule import NOT_ASKED_KINDS, Outcome
+from .rule import NOT_ASKED_KINDS, Outcome, state_class_verdict
 from .text import one_line
 
 MISSING = object()  # one side of a comparison has no such entry
@@ -303,25 +303,12 @@ def _buffer_in_run(cell: CellResult, devices: Iterable[str]) -> bool:
     return any(cell.outcome(p, d).kind not in NOT_ASKED_KINDS for p in cell.promise_numbers() for d in devices)
 
 
-_WORST = ("failed", "untested", "waived")
-
 
 def state_verdicts(cell: CellResult, devices: Iterable[str]) -> dict[str, tuple[str, tuple[dict[str, Any], ...]]]:
-    """class -> (its verdict on ``devices``, its tests there), from the result's mutable_state section.
-    A class passes only when every test of it there passed (the contract's own skips aside) and the
-    file's verdict for it says so too; a test with no device (never collected) counts everywhere."""
+    """class -> (its verdict on ``devices``, its tests there), from the result's mutable_state section
+    (rule.state_class_verdict decides each)."""
     wanted = set(devices)
-    out: dict[str, tuple[str, tuple[dict[str, Any], ...]]] = {}
-    for cls, judged in (cell.get("mutable_state") or {}).items():
-        judged = judged if isinstance(judged, dict) else {}
-        every = [t for t in judged.get("tests") or [] if isinstance(t, dict)]
-        tests = tuple(t for t in every if t.get("device") is None or t.get("device") in wanted)
-        kinds = {t.get("verdict") for t in tests}
-        if len(tests) == len(every):  # nothing left out: the file's own verdict counts too
-            kinds.add(judged.get("verdict"))
-        verdict = next((k for k in _WORST if k in kinds), None) or ("passed" if "passed" in kinds else "untested")
-        out[str(cls)] = (verdict, tests)
-    return out
+    return {str(cls): state_class_verdict(judged, wanted) for cls, judged in (cell.get("mutable_state") or {}).items()}
 
 
 def _state_note(verdict: str, tests: tuple[dict[str, Any], ...]) -> str | None:

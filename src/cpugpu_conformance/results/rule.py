@@ -206,15 +206,18 @@ def answer(result: Result) -> Answer:
         failed.append(f"{item.get('test')}: {last_line(item.get('message'))}")
     state_passed = 0
     for cls, judged in sorted((result.get("mutable_state") or {}).items()):
-        kind = judged.get("verdict") if isinstance(judged, dict) else None
-        tests = [t for t in (judged.get("tests") or []) if isinstance(t, dict)] if isinstance(judged, dict) else []
-        state_passed += sum(1 for t in tests if t.get("verdict") == "passed")
-        first = next((t for t in tests if t.get("verdict") == kind), {})
-        line = f"mutable state of {cls}: {kind}: {first.get('test')}: {first.get('why') or 'no reason given'}"
+        kind, tests = state_class_verdict(judged)
+        state_passed += sum(1 for t in tests if t.get("verdict") == "passed") if kind == "passed" else 0
+        first = next((t for t in tests if t.get("verdict") == kind), None)
+        if first is None:  # the file's word alone, or only the contract's own skips: nothing showed it
+            line = f"mutable state of {cls}: " + ("no test of it ran" if kind == "untested" else
+                                                  f"{kind}, says the file, naming no test of it")
+        else:
+            line = f"mutable state of {cls}: {kind}: {first.get('test')}: {first.get('why') or 'no reason given'}"
         if kind == "failed":
             failed.append(line)
-        elif kind != "passed" or not tests:  # untested, waived, or nothing to show it held
-            untested.append(line if tests else f"mutable state of {cls}: no test of it ran")
+        elif kind != "passed":  # untested or waived
+            untested.append(line)
     errors = int((result.get("counts") or {}).get("errors", 0))
     if errors and not failed:
         failed.append(f"{errors} test(s) errored outside any promise's check")
@@ -263,8 +266,28 @@ def answer_word(a: Answer, states_passed: int = 0) -> str:
 
 def _state_classes(result: Result) -> list[str]:
     """The verdict of each MutableStateTests class the result holds."""
-    section = result.get("mutable_state") or {}
-    return [str(judged.get("verdict")) if isinstance(judged, dict) else "untested" for _, judged in sorted(section.items())]
+    return [state_class_verdict(judged)[0] for _, judged in sorted((result.get("mutable_state") or {}).items())]
+
+
+_STATE_WORST = ("failed", "untested", "waived")
+
+
+def state_class_verdict(judged: Any, devices: set[str] | None = None) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """A MutableStateTests class's verdict on ``devices`` (None: all) and its tests there: the one
+    place such a pass is decided. It passes only when a test of it there passed, none failed, was
+    untested or waived (the contract's own skips aside), and, where no test was left out, the file's
+    own verdict for it says passed too; a test with no device (never collected) counts everywhere."""
+    judged = judged if isinstance(judged, dict) else {}
+    every = [t for t in judged.get("tests") or [] if isinstance(t, dict)]
+    tests = tuple(t for t in every if devices is None or t.get("device") is None or t.get("device") in devices)
+    kinds = {t.get("verdict") for t in tests}
+    if len(tests) == len(every):  # nothing left out: the file's own verdict counts too
+        kinds.add(judged.get("verdict"))
+    worst = next((k for k in _STATE_WORST if k in kinds), None)
+    if worst is not None:
+        return worst, tests
+    ran = any(t.get("verdict") == "passed" for t in tests)
+    return ("passed" if ran and kinds <= {"passed", "skipped"} else "untested"), tests
 
 
 def _plural(n: int, word: str, suffix: str = "s") -> str:
