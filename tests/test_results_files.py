@@ -111,6 +111,28 @@ def test_nan_and_infinity_are_not_json(tmp_path):
     assert not (tmp_path / "inf.json").exists()
 
 
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_number_too_large_for_a_float_is_not_read_as_infinity(tmp_path, number):
+    """1e400 is valid JSON that Python reads as inf: the file loaded, and writing it again raised a traceback."""
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(dict(rf.completed("2.13.0"), duration_s=12.5)).replace("12.5", number))
+    assert f"not strict JSON: {number} is out of a float's range" in load_error(path)
+
+
+@pytest.mark.parametrize("verdicts", [("failed", "passed"), ("passed", "failed")])
+def test_keys_that_clean_to_the_same_text_are_refused_not_merged(tmp_path, verdicts):
+    """Two class names that differ only by a control character: keeping the last let a passed class
+    stand in for the failed one."""
+    data = rf.completed("2.13.0")
+    judged = {v: {"verdict": v, "tests": [{"test": f"t.py::T::test_mutable_state[cpu-{v}]", "verdict": v,
+                                           "device": "cpu"}]} for v in verdicts}
+    data["mutable_state"] = {"test_engine.Engine": judged[verdicts[0]], "test_engine.Engine\u0007": judged[verdicts[1]]}
+    path = tmp_path / "twins.json"
+    path.write_text(json.dumps(data))
+    message = load_error(path)
+    assert "two keys read as 'test_engine.Engine' once their control characters are gone" in message, message
+
+
 def test_another_schema_version_says_to_run_again(tmp_path):
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(dict(rf.completed("2.13.0"), schema_version=1)))

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -111,7 +112,8 @@ def json_of(data: bytes, source: str | os.PathLike[str], *, max_values: int = MA
     except UnicodeDecodeError as exc:
         raise ResultFileError(f"{source}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                          object_pairs_hook=_refuse_duplicates)
     except DuplicateKey as exc:
         raise ResultFileError(f"{source}: not strict JSON: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -135,6 +137,14 @@ def count_values(data: bytes) -> int:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A number too large for a float (1e400) parses as infinity, which no JSON writer can write back."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{one_line(text, 60)} is out of a float's range (it would read as {value})")
+    return value
 
 
 class DuplicateKey(ValueError):

@@ -51,7 +51,7 @@ from .schema_checks import (  # noqa: F401  (the checks a result passes; re-expo
     schema,
     validate,
 )
-from .text import clean_text, clean_tree, one_line  # noqa: F401
+from .text import KeysCollide, clean_text, clean_tree, one_line  # noqa: F401
 
 # How the cell ended. Only "completed" carries verdicts that can pass.
 CELL_STATUSES = ("completed", "interrupted", "crashed", "timed_out", "not_installed", "wrong_torch", "error")
@@ -77,7 +77,10 @@ class CellResult(Mapping[str, Any]):
     def __init__(self, data: Mapping[str, Any], source: str = "<result>") -> None:
         _check_depth(data, source)
         plain = dict(data) if isinstance(data, Mapping) else data  # anything else: validate names it
-        self._data: dict[str, Any] = clean_tree(validate(plain, source))
+        try:
+            self._data: dict[str, Any] = clean_tree(validate(plain, source))
+        except KeysCollide as exc:
+            raise ResultFileError(f"{source}: {exc}") from None
         self.source = source
 
     # --- construction, reading, writing

@@ -49,12 +49,24 @@ def one_line(text: Any, limit: int = SHORT_LIMIT) -> str:
 _LIMITS = {"detail": (DETAIL_LIMIT, "tail"), "message": (TEXT_LIMIT, "head"), "reproducer": (TEXT_LIMIT, "head")}
 
 
+class KeysCollide(ValueError):
+    """Two keys of one object that clean to the same text ("3" and "3\x1b[0m"): keeping either would
+    let the other's value stand in for it, a passed verdict for a failed one."""
+
+
 def clean_tree(value: Any, key: str | None = None) -> Any:
     if isinstance(value, str):
         limit, keep = _LIMITS.get(key or "", (SHORT_LIMIT, "head"))
         return clean_text(value, limit, keep)
     if isinstance(value, dict):
-        return {clean_text(str(k), SHORT_LIMIT): clean_tree(v, str(k)) for k, v in value.items()}
+        cleaned: dict[str, Any] = {}
+        for k, v in value.items():
+            name = clean_text(str(k), SHORT_LIMIT)
+            if name in cleaned:
+                raise KeysCollide(f"two keys read as {one_line(repr(name), 200)} once their control characters "
+                                  f"are gone (one is {one_line(ascii(k), 200)}): a forged or corrupt file")
+            cleaned[name] = clean_tree(v, str(k))
+        return cleaned
     if isinstance(value, list):
         return [clean_tree(v, key) for v in value]
     return value
