@@ -288,6 +288,22 @@ def test_record_unfinished(tmp_path, capsys):
     assert "--session" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["a file as its folder", "a folder at the path", "a cell name with a slash"])
+def test_record_unfinished_that_cannot_record_is_one_line_exit_2(tmp_path, capsys, where):
+    """It printed a traceback (NotADirectoryError, NotRegularFile) or wrote a name outside the folder."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder.json").mkdir()
+    path, cell = {"a file as its folder": (tmp_path / "file" / "c.json", "c"),
+                  "a folder at the path": (tmp_path / "folder.json", "folder"),
+                  "a cell name with a slash": (tmp_path / "c.json", "../c")}[where]
+    assert cli.main(["record-unfinished", str(path), "--cell", cell, "--session", "s"]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("cpugpu-conformance record-unfinished: error: ") and "Traceback" not in captured.err
+    assert (str(path) if where != "a cell name with a slash" else "'../c'") in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.json"]
+
+
 @pytest.mark.parametrize("command", ["cells", "cell", "matrix", "bisect", "summary", "record-unfinished"])
 def test_help_of_each_matrix_command(command, capsys):
     assert cli.main([command, "--help"]) == 0

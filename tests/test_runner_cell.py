@@ -48,6 +48,39 @@ def test_finished_run_keeps_the_suites_result_and_the_command_it_was_given(tmp_p
     assert leftovers(s) == [], "the staging file and the lock are gone"
 
 
+@pytest.mark.parametrize("standing", ["a symlink to a file", "a FIFO", "a second name of a file"])
+def test_whatever_stands_at_the_log_path_is_replaced_never_written_through(tmp_path: Path, standing: str) -> None:
+    """results/<cell>.log as a symlink: the fresh log emptied the file it pointed to; as a FIFO: the
+    cell waited forever for a reader, before running anything."""
+    s = spec(tmp_path)
+    s.results_dir.mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    if standing == "a symlink to a file":
+        s.log_path.symlink_to(precious)
+    elif standing == "a FIFO":
+        os.mkfifo(s.log_path)
+    else:
+        os.link(precious, s.log_path)
+    python = fake_python(tmp_path, writes_result("passed"))
+    done: list[results.CellResult] = []
+    runner = threading.Thread(target=lambda: done.append(cell.run_cell(s, python)), daemon=True)
+    runner.start()
+    runner.join(120)
+    assert done, "the cell hung on its log"
+    assert done[0].status == "completed" and done[0].answer().clean
+    assert precious.read_text() == "keep me\n"
+    assert s.log_path.is_file() and not s.log_path.is_symlink() and "suite args: conformance" in s.log_path.read_text()
+
+
+def test_a_folder_at_the_log_path_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    s.log_path.mkdir(parents=True)
+    with pytest.raises(cell.ResultPathUnusable) as info:
+        cell.run_cell(s, fake_python(tmp_path, writes_result("passed")))
+    assert str(s.log_path) in str(info.value) and "\n" not in str(info.value)
+
+
 def test_failed_promise_is_a_completed_cell_that_is_not_clean(tmp_path: Path) -> None:
     result = cell.run_cell(spec(tmp_path), fake_python(tmp_path, writes_result("failed")))
     assert result.status == "completed"

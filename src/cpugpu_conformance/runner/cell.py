@@ -26,7 +26,9 @@ groups processes.py; the suite's command and how its ending becomes the answer a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -96,6 +98,24 @@ def _cannot_write(spec: CellSpec, exc: OSError) -> ResultPathUnusable:
     return ResultPathUnusable(f"{spec.results_dir}: cannot write the cell's result and log there ({why})")
 
 
+def fresh_log(path: Path) -> None:
+    """An empty log at ``path``, a fresh one per run. What stands there that is not a file of its own
+    is removed, never written through: a symlink (truncating would empty the file it points to), a
+    FIFO (opening it to write waits for a reader forever), a second name of another file. A folder
+    there raises (IsADirectoryError), as the log cannot be written."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "a folder stands where the cell's log goes", str(path))
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    os.close(fd)
+
+
 def _claim(spec: CellSpec, run: CellRun, stack: contextlib.ExitStack) -> None:
     """Take the lock, put the placeholder at the result path and start a fresh log."""
     try:
@@ -103,7 +123,7 @@ def _claim(spec: CellSpec, run: CellRun, stack: contextlib.ExitStack) -> None:
         run.claimed = True
         stack.callback(spec.remove_staging)
         results.placeholder(spec.name, requested=spec.requested()).write(spec.result_path)
-        spec.log_path.write_text("")  # a fresh log per run
+        fresh_log(spec.log_path)
     except OSError as exc:
         raise _cannot_write(spec, exc) from None
 
