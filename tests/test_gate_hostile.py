@@ -113,6 +113,20 @@ def test_a_job_summary_that_is_a_regular_file_or_new_is_appended_to(tmp_path, ca
     assert new.read_text().startswith("### cpugpu-conformance gate: PASS")
 
 
+@pytest.mark.parametrize("which", ["the candidate itself", "another result file"])
+def test_a_job_summary_that_names_a_result_file_is_refused_and_the_file_kept(tmp_path, capsys, which):
+    """--job-summary results/<cell>.json (a slip for $GITHUB_STEP_SUMMARY) appended Markdown to the
+    result, which no reader could load after."""
+    candidate = rf.write(tmp_path, "candidate.json", rf.completed("2.15.0"))
+    target = candidate if which == "the candidate itself" else rf.write(tmp_path, "other.json", rf.completed("2.13.0"))
+    before = target.read_bytes()
+    assert gate(tmp_path, rf.completed("2.14.1"), candidate, "--job-summary", str(target)) == 2
+    [line] = errors(capsys)
+    assert line.startswith(f"--job-summary {target}: ") and \
+        ("the gate's own input" if which == "the candidate itself" else "holds JSON") in line, line
+    assert target.read_bytes() == before
+
+
 def _in_a_thread(call, timeout: float = 20):
     """``call()`` in a thread: a gate that blocks (on a FIFO) fails the test instead of hanging it."""
     import threading

@@ -75,7 +75,7 @@ def with_known_failures(result: CellResult, listed: known_failures.KnownFailures
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = JobSummary(args.job_summary)
+    summary = JobSummary(args.job_summary, tuple(p for p in (args.baseline, args.candidate, args.known_failures) if p))
     refused = summary.refusal()
     if refused:  # nothing is compared or written: the summary could not say it
         _error(refused)
@@ -119,8 +119,9 @@ class JobSummary:
     whatever the answer; a file that cannot be written is one line, and never turns a failure into
     a pass (exit 2 where the gate passed, the gate's own code otherwise)."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, inputs: tuple[Path, ...] = ()) -> None:
         self.path = path
+        self.inputs = inputs
 
     def refuse(self, lines: list[str]) -> int:
         for line in lines:
@@ -139,7 +140,23 @@ class JobSummary:
             return None
         except OSError as exc:
             return f"--job-summary {self.path}: cannot look at it: {exc.strerror or exc}"
-        return _not_appendable(self.path, info.st_mode)
+        return _not_appendable(self.path, info.st_mode) or self._holds_json(info)
+
+    def _holds_json(self, info: os.stat_result) -> str | None:
+        """Markdown appended to a JSON file (a result file named by mistake, the gate's own input)
+        leaves it no JSON: refused, the file kept as it was."""
+        same = next((p for p in self.inputs if _same_file(p, info)), None)
+        if same is not None:
+            return f"--job-summary {self.path}: is the gate's own input ({same}); the summary would be appended to it"
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(4096).lstrip()
+        except OSError:
+            return None  # the write that follows says why
+        if head.startswith((b"{", b"[")):
+            return (f"--job-summary {self.path}: holds JSON (a result file?); the Markdown summary would leave it "
+                    "unreadable: name the job summary file ($GITHUB_STEP_SUMMARY)")
+        return None
 
     def write(self, markdown: str, code: int) -> int:
         if self.path is None:
@@ -166,6 +183,14 @@ class JobSummary:
         finally:
             os.close(fd)
         return code
+
+
+def _same_file(path: Path, info: os.stat_result) -> bool:
+    try:
+        other = os.stat(path)
+    except OSError:
+        return False
+    return (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
 
 
 def _not_appendable(path: Path, mode: int) -> str | None:
