@@ -6,6 +6,7 @@ the previous report as it was.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -85,6 +86,31 @@ def test_a_failure_while_swapping_in_rolls_back_to_the_previous_report(results_d
     [line] = error_lines(capsys)
     assert "No space left on device" in line
     assert snapshot(previous) == before  # the first output restored, no staged or backup file left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_report_stopped_by_a_signal_while_swapping_in_leaves_the_previous_report(
+        results_dir: Path, previous: Path, capsys, monkeypatch, signum):
+    """A CI cancel (SIGTERM) mid-publish killed the report outright: its staged and backup files
+    stayed in --out, hidden, and the outputs were a mix of old and new."""
+    before, handler = snapshot(previous), signal.getsignal(signum)
+    real_replace = os.replace
+    calls = []
+
+    def replace_then_signal(src, dst):
+        calls.append(Path(dst).name)
+        if len(calls) == 2:  # the first output is already swapped in
+            signal.raise_signal(signum)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(report.os, "replace", replace_then_signal)
+    capsys.readouterr()
+    assert main(["report", str(results_dir), "--out", str(previous)]) == 128 + signum
+    monkeypatch.undo()
+    assert error_lines(capsys) == [f"cpugpu-conformance report: interrupted by {signal.Signals(signum).name}; "
+                                   "the previous report is left as it was"]
+    assert snapshot(previous) == before
+    assert signal.getsignal(signum) == handler, "the report puts the previous handler back"
 
 
 def test_nothing_is_written_when_rendering_fails(results_dir: Path, previous: Path, monkeypatch):

@@ -11,6 +11,8 @@ from pathlib import Path
 from ..exits import ExitCode
 from ..report.render import OUTPUTS, PROG, Collected, ReportError, make_report
 from ..results import one_line
+from ..runner.processes import CellInterrupted, interrupts_raised, signal_name
+from .common import interrupted_exit
 
 HELP = "merge cell result files into compat.json, COMPAT.md, index.html and badge.json (a shields.io endpoint)"
 
@@ -39,7 +41,14 @@ def warnings(got: Collected) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
+        # SIGTERM or SIGHUP (a CI cancel) ends the report as Ctrl-C does: its staged files are removed
+        # and the previous report stays, where the default handler left hidden files behind.
+        with interrupts_raised():
+            got = make_report(_folder("RESULTS_DIR", args.results_dir), _folder("--out", args.out))
+    except CellInterrupted as exc:
+        print(f"{PROG}: interrupted by {signal_name(exc.signum)}; the previous report is left as it was",
+              file=sys.stderr)
+        return interrupted_exit(exc.signum)
     except ReportError as exc:
         for line in warnings(Collected([], exc.skipped)):  # each file left out, named with its reason
             print(f"{PROG}: warning: {line}", file=sys.stderr)
