@@ -72,5 +72,43 @@ def test_the_class_under_test_swapped_after_collection_leaves_every_test_unteste
     assert ran.returncode in (5, 6), ran.tail()
     assert ran.cell.outcome("3", "cpu").kind == "untested"
     whys = {t["why"] for t in ran.cell.entry("3", "cpu")["untested_tests"]}
-    assert all("buffer_cls is cpugpu_conformance.reference:CpuGpuBuffer here" in why
-               and "PreFixCpuGpuBuffer, the class its result names" in why for why in whys), whys
+    assert all("the class under test is cpugpu_conformance.reference:CpuGpuBuffer here" in why
+               and "PreFixCpuGpuBuffer, what its result names" in why for why in whys), whys
+
+
+FIXING_ADAPTER = '''
+    def make_buffer(self, *size, **options):
+        import torch
+
+        with torch.inference_mode(False):  # the adapter, not the class, leaves inference mode
+            return self.buffer_cls(*size, **options)
+'''
+
+
+def test_an_adapter_that_builds_the_class_its_own_way_is_named_in_the_result(tmp_path):
+    """make_buffer building the pre-fix class outside inference mode passes promise 3; the file named
+    only the class, as if the class had passed."""
+    ran = run(project(tmp_path, buffer="PreFixCpuGpuBuffer", body=FIXING_ADAPTER), "--cpugpu-promise", "3")
+    assert ran.returncode == 0, ran.tail()
+    impl = ran.cell["impl"]
+    assert impl.startswith("cpugpu_conformance.variant_buffers:PreFixCpuGpuBuffer built by "
+                           "test_ours.TestOurs.make_buffer (source sha256 "), impl
+
+
+SWAPPING_THE_ADAPTER = '''
+
+@pytest.fixture(autouse=True)
+def _swap(request):
+    if request.cls is not None:
+        def make_buffer(self, *size, **options):
+            return self.buffer_cls(*size, **options)
+
+        request.cls.make_buffer = make_buffer  # an adapter other than the one the result names
+'''
+
+
+def test_the_adapter_swapped_after_collection_leaves_every_test_untested(tmp_path):
+    ran = run(project(tmp_path, buffer="PreFixCpuGpuBuffer", body=FIXING_ADAPTER, conftest_extra=SWAPPING_THE_ADAPTER),
+              "--cpugpu-promise", "3")
+    assert ran.returncode in (5, 6), ran.tail()
+    assert ran.cell.outcome("3", "cpu").kind == "untested"

@@ -61,8 +61,9 @@ def stamped(test: Callable[..., Any]) -> Callable[..., Any]:
             record.stamp, record.stamp_detail = None, None
         collided = [*surface.collisions(type(self)), *surface.shadowed_on_instance(self)]  # type: ignore[arg-type]
         if record.tested_as is not None and surface.tested_spec(self) != record.tested_as:
-            collided.append(f"buffer_cls is {surface.tested_spec(self)} here, but the run was collected against "
-                            f"{record.tested_as}, the class its result names: set buffer_cls in the class body")
+            collided.append(f"the class under test is {surface.tested_spec(self)} here, but the run was collected "
+                            f"against {record.tested_as}, what its result names: set buffer_cls and make_buffer in "
+                            "the class body")
         if collided:  # the class changed what the library calls: nothing this body shows is the contract's
             record.stamp, record.stamp_detail = COLLIDED, "; ".join(collided)
             pytest.skip(f"not run: {record.stamp_detail}")

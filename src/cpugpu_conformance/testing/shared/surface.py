@@ -16,6 +16,8 @@ untested, or waived with a skip marker's reason). Nor are the names Python gives
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 from typing import Any
 
 import pytest
@@ -47,10 +49,32 @@ TESTED_AS = pytest.StashKey[str]()
 
 def tested_spec(owner: Any) -> str:
     """How the result file names the class under test of a test class or instance: its buffer_cls,
-    or the test class itself where an adapter (make_buffer) alone builds the buffers."""
+    or the test class itself where an adapter (make_buffer) alone builds the buffers; and the adapter
+    where one builds them, with a digest of its source. An adapter can pass a class its own
+    constructor would fail (one that builds it under inference_mode(False)): the file says so, and a
+    gate between two cells whose adapters differ warns."""
     target = owner.buffer_cls if getattr(owner, "buffer_cls", None) is not None else owner
     target = target if isinstance(target, type) else type(target)
-    return f"{target.__module__}:{target.__qualname__}"
+    spec = f"{target.__module__}:{target.__qualname__}"
+    cls = owner if isinstance(owner, type) else type(owner)
+    adapter = _adapter(getattr(cls, "make_buffer", None))
+    if adapter is None:
+        return spec
+    return f"{spec} built by {adapter}"
+
+
+@functools.cache
+def _adapter(method: Any) -> str | None:
+    """``module.Class.make_buffer (source sha256 0123456789ab)`` for a team's make_buffer; None for the
+    library's own (the constructor called as the contract words it)."""
+    if method is None or getattr(method, "__module__", "").startswith(LIBRARY_PACKAGE):
+        return None
+    try:
+        digest = hashlib.sha256(inspect.getsource(method).encode()).hexdigest()[:12]
+        source = f"source sha256 {digest}"
+    except (OSError, TypeError):
+        source = "source not found"
+    return f"{method.__module__}.{method.__qualname__} ({source})"
 
 
 def is_library_class(cls: type) -> bool:
