@@ -44,3 +44,15 @@ def test_cells_of_different_profiles_without_per_test_settings_are_refused(tmp_p
     assert code == 2
     err = capsys.readouterr().err
     assert "'ci'" in err and "'theirs-quick'" in err and "one profile" in err, err
+
+
+def test_cells_of_different_profiles_whose_tests_share_no_name_are_refused(tmp_path, capsys):
+    """Settings recorded on both sides for disjoint tests (renamed ids, an edited file): nothing was
+    compared, and the two profiles' names were never looked at."""
+    baseline = rf.completed("2.14.1", profile="ci")
+    baseline["hypothesis_ran"] = ran(max_examples=120)
+    candidate = rf.completed("2.15.0", profile="theirs-quick")
+    candidate["hypothesis_ran"] = {TEST.replace("[cpu]", "[cpu-renamed]"): ran(max_examples=20)[TEST]}
+    assert gate(tmp_path, baseline, candidate) == 2
+    err = capsys.readouterr().err
+    assert "'ci'" in err and "'theirs-quick'" in err and "one profile" in err, err

@@ -20,10 +20,11 @@ def _settings(ran: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def different_settings(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
-    """One line naming how the two ran differently (None: alike, or a side that recorded nothing:
-    a file of an older suite, or a run with no hypothesis test, is compared by its profile's name)."""
+    """One line naming how the two ran differently (None: alike). Where no test recorded its settings
+    on both sides (a file of an older suite, a run with no hypothesis test, two runs of disjoint
+    tests), the two are compared by their profiles' names."""
     left, right = baseline.get("hypothesis_ran") or {}, candidate.get("hypothesis_ran") or {}
-    if not left or not right:
+    if not set(left) & set(right):
         a, b = baseline.get("hypothesis_profile"), candidate.get("hypothesis_profile")
         if a and b and a != b:
             return (f"the baseline ran under the hypothesis profile {one_line(str(a))!r} and the candidate under "
