@@ -245,8 +245,13 @@ def test_a_signal_ends_the_test_group_records_interrupted_and_leaves_no_files(he
 
 def test_a_second_run_on_the_same_result_path_refuses_and_leaves_the_first_alone(held_run, tmp_path: Path) -> None:
     run = held_run()
-    first_log = run.spec.log_path.read_text()
-    assert "still testing" in first_log
+    # The runner copies the suite's output into the log as it comes: under load the line the suite
+    # printed before it wrote its pids may not be there yet.
+    def log_with_the_line() -> str | None:
+        text = run.spec.log_path.read_text()
+        return text if "still testing" in text else None
+
+    first_log = wait_for(log_with_the_line, "the held suite's line in the log")
     before = run.spec.result_path.read_bytes()
     with pytest.raises(results.ResultPathBusy) as refused:
         cell.run_cell(spec(tmp_path), fake_python(tmp_path / "second", writes_result("passed")))
