@@ -140,21 +140,21 @@ class JobSummary:
             return None
         except OSError as exc:
             return f"--job-summary {self.path}: cannot look at it: {exc.strerror or exc}"
-        return _not_appendable(self.path, info.st_mode) or self._holds_json(info)
+        return _not_appendable(self.path, info.st_mode) or self._holds_json(self.path, info)
 
-    def _holds_json(self, info: os.stat_result) -> str | None:
+    def _holds_json(self, path: Path, info: os.stat_result) -> str | None:
         """Markdown appended to a JSON file (a result file named by mistake, the gate's own input)
         leaves it no JSON: refused, the file kept as it was."""
         same = next((p for p in self.inputs if _same_file(p, info)), None)
         if same is not None:
-            return f"--job-summary {self.path}: is the gate's own input ({same}); the summary would be appended to it"
+            return f"--job-summary {path}: is the gate's own input ({same}); the summary would be appended to it"
         try:
-            with open(self.path, "rb") as fh:
+            with open(path, "rb") as fh:
                 head = fh.read(4096).lstrip()
         except OSError:
             return None  # the write that follows says why
         if head.startswith((b"{", b"[")):
-            return (f"--job-summary {self.path}: holds JSON (a result file?); the Markdown summary would leave it "
+            return (f"--job-summary {path}: holds JSON (a result file?); the Markdown summary would leave it "
                     "unreadable: name the job summary file ($GITHUB_STEP_SUMMARY)")
         return None
 
