@@ -40,6 +40,7 @@ from cpugpu_conformance.variant_buffers import (  # noqa: F401  (every class: va
     SharedStorageBuffer,
     SkipsUnchangedCopyBuffer,
     SynchronizingCopiesBuffer,
+    VersionCachedCopyBuffer,
     ZeroMeansAllBuffer,
     _WaitsAfterEachCopy,
 )
@@ -320,6 +321,7 @@ VARIANTS: tuple[Variant, ...] = tuple(
         (Float32IsDefaultBuffer, "1"),
         (ChunkedCopyBuffer, "8"),
         (SkipsUnchangedCopyBuffer, "5"),
+        (VersionCachedCopyBuffer, "8"),
         (GradLeakingBuffer, "12"),
         (PooledBuffer, "13"),
         (LazyOnFirstAccessBuffer, "3"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .helpers import fill_bytes, np_fill, raw, sync
+from .helpers import byte_view, expected_bytes, fill_bytes, np_fill, raw, sync
 
 
 def shape_dtype_device(buf, size, dtype, device):
@@ -123,6 +123,17 @@ def partial_copy(buf, method, n, dtype, device):
     )
     if written.numel():
         assert out.data_ptr() == written.data_ptr(), f"{method}(n) returned a tensor that is not buf.{dst}[:n]"
+    # A CUDA graph's replay, or any write through another tensor over the same memory, moves no
+    # version counter of buf's tensors: a copy that skips a source it thinks unchanged misses it.
+    source = getattr(buf, src)
+    byte_view(source).copy_(byte_view(expected_bytes(source, seed=3).to(source.device)))
+    sync(device)
+    again = raw(source)
+    getattr(buf, method)(n)
+    sync(device)
+    assert (raw(getattr(buf, dst))[:n] == again[:n]).all(), (
+        f"the next {method}(n) missed a write to buf.{src} that moved no version counter (a CUDA graph's replay)"
+    )
 
 
 # The copy methods of promise 8, one check per direction.
