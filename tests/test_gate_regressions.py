@@ -108,13 +108,20 @@ def test_a_regression_on_cuda_is_caught_when_both_tested_it(tmp_path, capsys):
     assert "promise 10 (Devices) on cuda: passed -> failed" in out and "PASS: all" not in out
 
 
-def test_different_implementations_are_flagged(tmp_path, capsys):
-    """Different profiles are refused (like with like: tests/test_gate_settings.py); a different class is a warning."""
-    candidate = rf.completed("2.15.0")
-    candidate["impl"] = "cpugpu_conformance.variants:PreFixBuffer"
-    assert gate(tmp_path, rf.completed("2.14.1"), candidate) == 0
-    out = capsys.readouterr().out
-    assert "WARNING: the cells tested different implementations" in out
+@pytest.mark.parametrize("candidate_impl", [
+    "cpugpu_conformance.reference:CpuGpuBuffer",
+    "ours:OurBuffer built by test_ours.TestOurs.make_buffer (source sha256 0123456789ab)",
+], ids=["another class", "the class through an adapter"])
+def test_different_implementations_are_refused(tmp_path, capsys, candidate_impl):
+    """Like with like, as for profiles (tests/test_gate_settings.py): a candidate run against another
+    class, or through an adapter, passing says nothing of the baseline's class (it was exit 0, a warning)."""
+    baseline, candidate = rf.completed("2.14.1"), rf.completed("2.15.0")
+    baseline["impl"], candidate["impl"] = "ours:OurBuffer", candidate_impl
+    assert gate(tmp_path, baseline, candidate) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert "the cells tested different implementations: baseline 'ours:OurBuffer', candidate " in line, line
 
 
 def test_a_table_valued_probe_changes_entry_by_entry(tmp_path, capsys):

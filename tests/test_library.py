@@ -6,6 +6,7 @@ and test modules subclassing `cpugpu_conformance.testing.BufferContractTests`.""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -161,6 +162,14 @@ def test_k_selects_one_test_under_the_projects_profile(env, tmp_path):
 def test_the_gate_reads_the_users_result_files(reference_run, pre_fix_run, env, tmp_path):
     ref, prefix = reference_run.result_path, pre_fix_run.result_path
     assert ref.exists() and prefix.exists()
+    unlike = run_tool(env, tmp_path, "gate", "--baseline", str(ref), "--candidate", str(prefix))
+    assert unlike.returncode == 2 and "the cells tested different implementations" in unlike.stderr, unlike.stderr
+    # The pre-fix run's file as if the team's class had regressed under the candidate torch: its
+    # verdicts and failures as that run wrote them, under the reference run's class name.
+    data = json.loads(prefix.read_text())
+    data["impl"] = json.loads(ref.read_text())["impl"]
+    prefix = tmp_path / "regressed.json"
+    prefix.write_text(json.dumps(data))
     regressed = run_tool(env, tmp_path, "gate", "--baseline", str(ref), "--candidate", str(prefix))
     assert regressed.returncode == 1, regressed.stdout + regressed.stderr
     assert "REGRESSION" in regressed.stdout and "promise 3 (Mutable wherever they were made) on cpu: passed -> failed" in regressed.stdout

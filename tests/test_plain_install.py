@@ -87,6 +87,14 @@ def test_cell_and_gate_work_in_a_project_of_ones_own(installed, uv_cache, tmp_pa
     candidate = results.CellResult.load(project / "cand" / f"torch-{RELEASE}-cpu.json")
     assert candidate.outcome("3", "cpu").kind == "failed"
 
+    unlike = newcomer(installed, project, cache, uv_cache, "gate", "--baseline", f"base/torch-{RELEASE}-cpu.json",
+                      "--candidate", f"cand/torch-{RELEASE}-cpu.json")
+    assert unlike.returncode == 2 and "the cells tested different implementations" in unlike.stderr, output(unlike)
+    # The candidate as if the reference had regressed under the candidate torch: its verdicts and
+    # failures as the run wrote them, under the baseline's class name.
+    data = json.loads((project / "cand" / f"torch-{RELEASE}-cpu.json").read_text())
+    data["impl"] = baseline["impl"]
+    (project / "cand" / f"torch-{RELEASE}-cpu.json").write_text(json.dumps(data))
     gate = newcomer(installed, project, cache, uv_cache, "gate", "--baseline", f"base/torch-{RELEASE}-cpu.json",
                     "--candidate", f"cand/torch-{RELEASE}-cpu.json", "--job-summary", "summary.md")
     assert gate.returncode == 1, output(gate)

@@ -30,6 +30,7 @@ from ..promises import DEVICES
 from ..report.gate import fails, format_comparison, own_answer, same_result, unanswered
 from ..report.gate_markdown import comparison_markdown, refusal_markdown
 from ..results import Answer, CellResult, Comparison, ResultFileError, diff, known_failures
+from ..results.compare import different_impl
 from ..results.settings import different_settings
 
 HELP = ("compare a candidate torch's cell result with the baseline's; exit 1 on any regression or a candidate "
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     forged = [line for line in (baseline.torch_mismatch(), candidate.torch_mismatch()) if line]
     if forged:
         return summary.refuse(forged)
-    unlike = different_settings(baseline, candidate)
+    unlike = different_impl(baseline, candidate) or different_settings(baseline, candidate)
     if unlike:  # like with like only: what the two could find differs whatever the torch
         return summary.refuse([unlike])
     unknown = [d for d in args.device or () if d not in DEVICES]

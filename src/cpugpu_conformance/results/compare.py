@@ -203,6 +203,19 @@ def _answer_of(promise: str, outcome: Outcome) -> tuple[str, str | None]:
     return outcome.kind, outcome.note if promise in RECORDED_ONLY else None
 
 
+def different_impl(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
+    """One line when the two cells tested different classes, or one class through different adapters
+    (None: the same, or a side that names none: a cell that never ran its suite is refused as such).
+    A gate answers whether one class keeps its promises from one torch to the next: a candidate run
+    against another class (the reference, by a slip of --impl) said nothing of the team's, and passed
+    with a warning."""
+    a, b = baseline.get("impl"), candidate.get("impl")
+    if a == b or a is None or b is None:
+        return None
+    return (f"the cells tested different implementations: baseline {one_line(repr(a), 300)}, candidate "
+            f"{one_line(repr(b), 300)}: run both with the same class (and make_buffer) to compare them")
+
+
 def _label(side: str, cell: CellResult) -> str:
     return f"{side} {one_line(cell.name)} ({one_line(cell.source)})"
 
@@ -226,9 +239,9 @@ def diff(baseline: CellResult, candidate: CellResult, devices: Iterable[str] | N
     if not cmp.devices:
         cmp.unusable.append(f"{_label('baseline', baseline)} was asked to test no device")
         return cmp
-    for key, what in (("impl", "tested different implementations"), ("hypothesis_profile", "ran different hypothesis profiles")):
-        if baseline.get(key) != candidate.get(key):
-            cmp.warnings.append(f"the cells {what}: baseline {baseline.get(key)!r}, candidate {candidate.get(key)!r}")
+    if baseline.get("hypothesis_profile") != candidate.get("hypothesis_profile"):
+        cmp.warnings.append(f"the cells ran different hypothesis profiles: baseline {baseline.get('hypothesis_profile')!r}, "
+                            f"candidate {candidate.get('hypothesis_profile')!r}")
     for side, cell in (("baseline", baseline), ("candidate", candidate)):
         cmp.warnings += [f"{side}: {w}" for w in cell.warnings]
 
