@@ -89,6 +89,10 @@ def file_in_the_way(folder: Path) -> Path | None:
     return None
 
 
+# The results folder's storage failing under the run (full, over quota, read-only now, broken).
+_STORAGE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
 def _cannot_write(spec: CellSpec, exc: OSError) -> ResultPathUnusable:
     culprit = file_in_the_way(spec.results_dir)
     if culprit is not None:
@@ -159,7 +163,12 @@ def claimed(spec: CellSpec) -> Iterator[CellRun]:
         raise
     except Exception as exc:
         if run.claimed and not run.answered:
-            run.fault("error", f"the cell runner failed: {type(exc).__name__}: {exc}")
+            try:
+                run.fault("error", f"the cell runner failed: {type(exc).__name__}: {exc}")
+            except OSError as cannot:  # a full disk: the answer cannot go in either; the placeholder stays
+                raise _cannot_write(spec, cannot) from None
+        if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRORS:
+            raise _cannot_write(spec, exc) from None  # recorded as error above: one line, not a traceback
         raise
     finally:
         with interrupts.deferred():  # the lock and staging files go even if a signal comes now

@@ -198,15 +198,20 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
     uninterrupted = interrupts.deferred if interrupts else contextlib.nullcontext
     started = time.monotonic()
-    with open(log_path, "ab") as log:
+    log_failed: list[OSError] = []  # a full disk: the log stops, the pipe is still drained
+    with open(log_path, "ab", buffering=0) as log:  # unbuffered: a write that fails leaves nothing to flush at close
         log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
-        log.flush()
 
         def pump(proc: subprocess.Popen[bytes]) -> None:
             assert proc.stdout is not None
             for line in proc.stdout:
-                log.write(line)
-                log.flush()
+                if not log_failed:
+                    try:
+                        log.write(line)
+                    except OSError as exc:  # a reader that stopped would block the suite on its next print
+                        log_failed.append(exc)
+                        if echo:
+                            write_out(f"[the log {log_path} stops here: {exc.strerror or exc}]\n")
                 text = line.decode("utf-8", "replace")
                 tail.append(text.rstrip("\n"))
                 if echo:
@@ -232,6 +237,8 @@ def run_suite(cmd: Sequence[str], *, log_path: Path, time_limit_s: float, cwd: P
                     survivors = kill_group(proc, strays)
                 if reader is not None:
                     reader.join(timeout=KILL_GRACE_S)
+        if log_failed:
+            tail.append(f"[the log {log_path} stopped here: {log_failed[0].strerror or log_failed[0]}]")
     return SuiteRun(returncode, time.monotonic() - started, list(tail), survivors)
 
 
