@@ -186,31 +186,35 @@ class ChunkedCopyBuffer(CpuGpuBuffer):
         return dst
 
 
-class SkipsUnchangedCopyBuffer(CpuGpuBuffer):
+class _SkipsWhileVersionStands(CpuGpuBuffer):
+    """Skips a copy of the same n while its source's version counter has not moved since the last:
+    a write that moves no counter is never carried."""
+
+    def _unless_unchanged(self, n, source, destination, copy):
+        key = (n, getattr(self, source)._version)
+        if getattr(self, "_last_copy", None) == key:
+            return getattr(self, destination)[:n]
+        self._last_copy = key
+        return copy(n)
+
+
+class SkipsUnchangedCopyBuffer(_SkipsWhileVersionStands):
     """Skips copy_to_gpu(n) when buf.cpu's version counter has not moved since the last copy of the
     same n: a write through buf.np moves no counter, so an engine that fills buf.np and copies
     every step sends the device its first step's data ever after (promise 5: a write through np is
     carried by copy_to_gpu)."""
 
     def copy_to_gpu(self, n=None):
-        key = (n, self.cpu._version)
-        if getattr(self, "_last_copy", None) == key:
-            return self.gpu[:n]
-        self._last_copy = key
-        return super().copy_to_gpu(n)
+        return self._unless_unchanged(n, "cpu", "gpu", super().copy_to_gpu)
 
 
-class VersionCachedCopyBuffer(CpuGpuBuffer):
+class VersionCachedCopyBuffer(_SkipsWhileVersionStands):
     """Skips copy_to_cpu(n) when buf.gpu's version counter has not moved since the last copy of the
     same n: a CUDA graph's replay writes the device tensor without moving it, so the host reads the
     first replay's output ever after."""
 
     def copy_to_cpu(self, n=None):
-        key = (n, self.gpu._version)
-        if getattr(self, "_last_copy", None) == key:
-            return self.cpu[:n]
-        self._last_copy = key
-        return super().copy_to_cpu(n)
+        return self._unless_unchanged(n, "gpu", "cpu", super().copy_to_cpu)
 
 
 class GradLeakingBuffer(CpuGpuBuffer):

@@ -319,7 +319,6 @@ def run_suite(folder: Path, prepared: Prepared) -> int:
     return code
 
 
-
 def main(args: Sequence[str]) -> int:
     """Run the suite with ``args``; returns the suite's exit code."""
     try:

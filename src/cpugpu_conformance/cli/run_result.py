@@ -19,6 +19,7 @@ class Prepared(Protocol):
     @property
     def cell_result(self) -> str | None: ...
 
+
 # What the file at --cell-result says from the moment `run` takes it until the suite writes its
 # answer: a run in which the plugin never loads (PYTEST_ADDOPTS="-p no:...",
 # PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 and a plugin that needed it) leaves this, never an earlier pass.
@@ -91,6 +92,7 @@ def mark_not_started(prepared: Prepared) -> str | None:
 
 
 def says_interrupted(path: str) -> bool:
+    """Whether the file at ``path`` still holds a run's placeholder: nothing judged that run."""
     from .. import results
 
     try:

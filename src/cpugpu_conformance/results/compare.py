@@ -316,7 +316,6 @@ def _buffer_in_run(cell: CellResult, devices: Iterable[str]) -> bool:
     return any(cell.outcome(p, d).kind not in NOT_ASKED_KINDS for p in cell.promise_numbers() for d in devices)
 
 
-
 def state_verdicts(cell: CellResult, devices: Iterable[str]) -> dict[str, tuple[str, tuple[dict[str, Any], ...]]]:
     """class -> (its verdict on ``devices``, its tests there), from the result's mutable_state section
     (rule.state_class_verdict decides each)."""

@@ -51,8 +51,8 @@ def tested_spec(owner: Any) -> str:
     """How the result file names the class under test of a test class or instance: its buffer_cls,
     or the test class itself where an adapter (make_buffer) alone builds the buffers; and the adapter
     where one builds them, with a digest of its source. An adapter can pass a class its own
-    constructor would fail (one that builds it under inference_mode(False)): the file says so, and a
-    gate between two cells whose adapters differ warns."""
+    constructor would fail (one that builds it under inference_mode(False)): the file says so, and the
+    gate refuses to compare two cells whose adapters differ."""
     target = owner.buffer_cls if getattr(owner, "buffer_cls", None) is not None else owner
     target = target if isinstance(target, type) else type(target)
     spec = f"{target.__module__}:{target.__qualname__}"
