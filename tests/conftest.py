@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+import forked_exec
+import forkserver
 import pytest
 from device_marker import missing_device
 
@@ -32,11 +34,14 @@ def share_the_cores_between_workers() -> None:
 
 
 share_the_cores_between_workers()
+forkserver.route_subprocesses()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*names): the devices a test needs; skipped, with the reason, where one is missing")
     config.addinivalue_line("markers", "quick: the core, checked in minutes (nox -s quick)")
+    config.addinivalue_line("markers", "fresh_processes: every `python` the test starts is a fresh interpreter "
+                            "(about signals and process trees: forked_exec.py)")
     # The tests import the library's classes (their marks) without enabling its plugin.
     marks.register_markers(config)
 
@@ -45,3 +50,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     why = missing_device([str(name) for mark in item.iter_markers("devices") for name in mark.args])
     if why:
         pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_processes_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked fresh_processes starts no forked stand-in for `python` (forked_exec.py), nor do
+    the commands it starts (they inherit an environment without the switch)."""
+    if request.node.get_closest_marker("fresh_processes"):
+        monkeypatch.delenv(forked_exec.ENABLED, raising=False)

@@ -15,6 +15,8 @@ and it serves the environment it was started with, since torch reads some variab
 another environment gets a server of its own. (Those no import reads, which pytest changes under
 every test, are PER_COMMAND: each child takes its command's whole environment.) A command with an
 interpreter option (`-I`, `-X`) runs as a plain subprocess. FORKSERVER=0 turns it off (every command a subprocess), to rule it out.
+The server listens on a socket; a request carries the command's standard streams as descriptors, and
+the `python` runs of sys.executable that a test or a command starts come to it too (forked_exec.py).
 One difference is deliberate: what the imports made is frozen (`gc.get_freeze_count()` is not 0),
 as the gc docs advise a fork server; no command of the tests looks at the collector.
 """
@@ -23,20 +25,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-# The server's own code, run as `python -c`: read a request line, fork, answer with the pid, then
-# the wait status. Modules it preloads are the ones every command imports first.
+import forked_exec
+
+TESTS = Path(__file__).resolve().parent
+
+# The server's own code, run as `python -c`: accept a connection, read the request (its length and
+# the command's three standard streams, then its JSON), fork a keeper that forks the command and
+# answers with its pid, then its wait status. Modules it preloads are the ones every command imports first.
 SERVER = r'''
-import gc, json, os, runpy, sys, threading, traceback
+import gc, io, json, os, runpy, select, signal, socket, struct, sys, threading, traceback, types
 
 def die_with_parent():
-    """Linux: SIGKILL when the parent goes (the server with its test worker, a child with the
-    server), so a worker killed outright leaves no command running."""
+    """Linux: SIGKILL when the parent goes (the server with its test worker, a command with the
+    process that waits for it), so a worker killed outright leaves no command running."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
@@ -44,38 +54,96 @@ def die_with_parent():
         pass
 
 die_with_parent()
-PRELOAD = json.loads(sys.argv[1])
+PRELOAD, SOCKET, TESTS = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 for name in PRELOAD:
     __import__(name)
+sys.path.insert(0, TESTS)
+import forked_exec
+sys.path.remove(TESTS)
+KEY = forked_exec.env_key(dict(os.environ))
+forked_exec.install_in_server(SOCKET, KEY)  # what a command runs of `python` comes back here
 # What the imports made lives as long as the server: frozen, out of the collector's sight, so a
 # child's collections (pytest runs two at every session's end) walk only what the command made,
 # not torch's objects, whose pages each walk would copy from the server.
 gc.collect()
 gc.freeze()
-requests, answers = os.fdopen(int(sys.argv[2]), "r"), os.fdopen(int(sys.argv[3]), "w")
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(SOCKET)
+listener.listen(64)
 # No Python thread may run at the fork. (numpy's OpenBLAS starts a native pool at import, and
 # shuts it down around a fork itself, as multiprocessing's fork start method relies on.)
 alone = threading.active_count() == 1
-answers.write(json.dumps({"ready": alone}) + "\n"); answers.flush()
+with os.fdopen(int(sys.argv[4]), "w") as ready:
+    ready.write(json.dumps({"ready": alone}) + "\n")
 
-def child(req):
+
+def receive(conn):
+    """A request: its 8-byte length with the command's standard streams, then its JSON."""
+    head, fds, _, _ = socket.recv_fds(conn, 8, 3)
+    while len(head) < 8:
+        more = conn.recv(8 - len(head))
+        if not more:
+            raise EOFError
+        head += more
+    (size,) = struct.unpack("!Q", head)
+    data = b""
+    while len(data) < size:
+        more = conn.recv(min(size - len(data), 1 << 20))
+        if not more:
+            raise EOFError
+        data += more
+    return json.loads(data), fds
+
+
+def streams(unbuffered):
+    """sys.stdin, stdout and stderr over fds 0-2 as the interpreter makes them (-u: unbuffered)."""
+    made = []
+    for fd in (0, 1, 2):
+        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
+        interactive = raw.isatty()
+        if fd == 0:
+            made.append(io.TextIOWrapper(io.BufferedReader(raw), encoding=sys.stdin.encoding, errors=sys.stdin.errors,
+                                         line_buffering=False))
+            continue
+        old = sys.stdout if fd == 1 else sys.stderr
+        buffered = raw if unbuffered else io.BufferedWriter(raw)
+        made.append(io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors,
+                                     line_buffering=not unbuffered and (fd == 2 or interactive),
+                                     write_through=unbuffered))
+    sys.stdin, sys.stdout, sys.stderr = made
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = made
+
+
+def command(req, fds, conn):
+    """The forked command: its streams, directory and environment, then `python ARGV`."""
     os.setpgid(0, 0)  # its own group: a timeout or an interrupt kills what the command started too
     die_with_parent()
-    requests.close(); answers.close()
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["stdout"], os.O_WRONLY), (2, req["stderr"], os.O_WRONLY)):
-        new = os.open(path, flags)
+    conn.close()
+    for fd, new in zip((0, 1, 2), fds):
         os.dup2(new, fd)
-        os.close(new)
+    for new in fds:
+        if new > 2:
+            os.close(new)
+    how = forked_exec.parse(req["argv"])
+    streams(how["unbuffered"])
+    if how["no_bytecode"]:
+        sys.dont_write_bytecode = True
     os.chdir(req["cwd"])
     os.environ.clear()  # the command's own environment (it differs from the server's in PER_COMMAND only)
     os.environ.update(req["env"])
-    kind, target, args = req["kind"], req["target"], req["args"]
+    kind, target, args = how["kind"], how["target"], how["args"]
     code = 0
     try:
         if kind == "module":
             sys.argv = [target, *args]
             sys.path[0] = req["cwd"]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif kind == "command":
+            sys.argv = ["-c", *args]
+            sys.path[0] = ""
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(target, "<string>", "exec"), main.__dict__)
         elif not os.path.isfile(target):  # what python says of a script it cannot open
             print(f"{sys.executable}: can't open file {os.path.abspath(target)!r}: [Errno 2] No such file or directory",
                   file=sys.stderr)
@@ -107,19 +175,79 @@ def child(req):
             pass
     os._exit(code & 0xFF)
 
-for line in requests:
-    req = json.loads(line)
-    sys.stdout.flush(); sys.stderr.flush()
+
+def forked(run, *args):
+    """The pid of a child running ``run(*args)``, which never returns to this loop."""
     pid = os.fork()
     if pid == 0:
         try:
-            child(req)
+            run(*args)
         finally:
             os._exit(70)
-    answers.write(json.dumps({"pid": pid}) + "\n"); answers.flush()
+    return pid
+
+
+def keeper(req, fds, conn):
+    """Between the server and the command: forks it, says its pid, waits for it and says how it
+    ended; the caller gone (the connection closed) kills the command's group."""
+    listener.close()
+    die_with_parent()
+    pid = forked(command, req, fds, conn)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    for fd in fds:
+        os.close(fd)
+    conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+    ended = os.pidfd_open(pid)
+    while True:
+        readable, _, _ = select.select([conn, ended], [], [])
+        if ended in readable:
+            break
+        if not conn.recv(1):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
     _, status = os.waitpid(pid, 0)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    answers.write(json.dumps({"returncode": code}) + "\n"); answers.flush()
+    try:
+        conn.sendall((json.dumps({"returncode": code}) + "\n").encode())
+    except OSError:
+        pass
+
+
+while True:
+    conn, _ = listener.accept()
+    try:
+        req, fds = receive(conn)
+    except (OSError, EOFError, ValueError):
+        conn.close()
+        continue
+    how = forked_exec.parse(req.get("argv", []))
+    refused = "not a form the server runs" if how is None or len(fds) != 3 else None
+    if refused is None and forked_exec.env_key(req["env"]) != KEY:
+        refused = "another environment"
+    if refused:
+        try:
+            conn.sendall((json.dumps({"refused": refused}) + "\n").encode())
+        except OSError:
+            pass
+    else:
+        sys.stdout.flush(); sys.stderr.flush()
+        forked(keeper, req, fds, conn)
+    conn.close()
+    for fd in fds:
+        os.close(fd)
+    while True:  # the keepers that ended
+        try:
+            ended, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if not ended:
+            break
 '''
 
 SUITE_MODULES = ("torch", "numpy", "pytest", "hypothesis")
@@ -127,73 +255,61 @@ SCRIPT_MODULES = ("torch", "numpy")
 
 
 class Zygote:
-    """One server: a process with ``preload`` imported, under ``env``, forking a child a command."""
+    """One server: a process with ``preload`` imported, under ``env``, forking a child a command.
+    It listens on a socket of its own: the tests' run() and the shim (forked_exec.py) connect to it."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
         self.env = env
-        req_read, self._req_write = os.pipe()
-        self._ans_read, ans_write = os.pipe()
+        self.folder = Path(tempfile.mkdtemp(prefix="forkserver-"))
+        self.socket = str(self.folder / "server.sock")
+        ready_read, ready_write = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, json.dumps(list(preload)), str(req_read), str(ans_write)],
-            env=env, pass_fds=(req_read, ans_write), stdin=subprocess.DEVNULL,
+            [sys.executable, "-c", SERVER, json.dumps(list(preload)), self.socket, str(TESTS), str(ready_write)],
+            env=env, pass_fds=(ready_write,), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        os.close(req_read)
-        os.close(ans_write)
-        self._requests = os.fdopen(self._req_write, "w")
-        self._answers = os.fdopen(self._ans_read, "r")
-        ready = self._answer()
+        os.close(ready_write)
+        with os.fdopen(ready_read, "r") as ready_pipe:
+            line = ready_pipe.readline()
+        ready = json.loads(line) if line else None
         self.usable = bool(ready and ready.get("ready"))
-        self.broken = False
 
     def close(self) -> None:
-        """End the server: with its requests closed it leaves its loop; kill it if it does not (or
-        at once, if it is broken: its answer would never be read)."""
-        if self.broken:
-            self.proc.kill()
-        for pipe in (self._requests, self._answers):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=60)
-
-    def _answer(self) -> dict | None:
-        line = self._answers.readline()
-        return json.loads(line) if line else None
+        """End the server (the commands it runs go with it) and remove its socket."""
+        self.proc.kill()
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(self, kind: str, target: str, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
         if not Path(cwd).is_dir():  # subprocess.run's error for a missing working directory
             raise FileNotFoundError(2, "No such file or directory", str(cwd))
-        with tempfile.TemporaryDirectory(prefix="forkserver-") as tmp:
+        argv = [*(["-m"] if kind == "module" else []), target, *args]
+        cmd = [sys.executable, *argv]
+        with tempfile.TemporaryDirectory(prefix="forkserver-") as tmp, \
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             stdout, stderr = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            stdout.touch()
-            stderr.touch()
-            request = {"kind": kind, "target": target, "args": args, "cwd": str(cwd), "env": env,
-                       "stdout": str(stdout), "stderr": str(stderr)}
-            self._requests.write(json.dumps(request) + "\n")
-            self._requests.flush()
-            started = self._answer()
-            if started is None:
-                raise RuntimeError("the fork server died")
+            try:
+                conn.connect(self.socket)
+            except OSError as exc:
+                raise RuntimeError(f"the fork server is gone ({exc})") from None
+            with open(os.devnull, "rb") as stdin, stdout.open("wb") as out, stderr.open("wb") as err:
+                payload = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+                socket.send_fds(conn, [struct.pack("!Q", len(payload))], [stdin.fileno(), out.fileno(), err.fileno()])
+                conn.sendall(payload)
+            answers = conn.makefile("r")
+            started = _answer(answers)
+            if started is None or "pid" not in started:
+                raise RuntimeError(f"the fork server did not run the command: {started}")
             pid = started["pid"]
             done: list[dict | None] = []
-            reader = threading.Thread(target=lambda: done.append(self._answer()), daemon=True)
+            reader = threading.Thread(target=lambda: done.append(_answer(answers)), daemon=True)
             reader.start()
             try:
                 reader.join(timeout)
             except BaseException:
-                # Ctrl-C (or any other exception) in the test: the command goes with it, and this
-                # server, whose answer to it is still to come, serves no other.
-                _kill_group(pid)
-                self.broken = True
+                _kill_group(pid)  # Ctrl-C (or any other exception) in the test: the command goes with it
                 raise
-            cmd = [sys.executable, *(["-m"] if kind == "module" else []), target, *args]
             if reader.is_alive():
                 _kill_group(pid)
                 reader.join(60)
@@ -205,6 +321,11 @@ class Zygote:
                                                stderr.read_text(errors="replace"))
 
 
+def _answer(answers) -> dict | None:
+    line = answers.readline()
+    return json.loads(line) if line else None
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, 9)
@@ -214,13 +335,13 @@ def _kill_group(pid: int) -> None:
 
 # The servers this process keeps, most recently used last. Each holds torch (half a GB): a test that
 # changes the environment gets a server of its own, and the oldest is closed beyond KEEP.
-KEEP = 5  # the environments the tests use: the suite's, the caller's, outside_env()'s, each for modules and scripts
+KEEP = 6  # the environments the tests use: the suite's, the caller's, outside_env()'s, each for modules and scripts
 _zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | None] = {}
 
 # Variables that change from one test to the next, which no preloaded module reads at import:
 # pytest names the running test in PYTEST_CURRENT_TEST. Keyed on them, each test would start
 # servers of its own (1.5-2 s each); a child is handed its command's whole environment instead.
-PER_COMMAND = frozenset({"PYTEST_CURRENT_TEST"})
+PER_COMMAND = forked_exec.PER_COMMAND
 
 
 def server_key(env: dict[str, str], preload: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
@@ -232,7 +353,7 @@ def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
     key = server_key(env, preload)
     if key in _zygotes:
         zygote = _zygotes.pop(key)
-        if zygote is None or not zygote.broken:
+        if zygote is None or zygote.proc.poll() is None:
             _zygotes[key] = zygote  # the most recently used, last
             return zygote
         zygote.close()
@@ -261,3 +382,30 @@ def run_python(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
         if zygote is not None:
             return zygote.run(kind, target, list(rest), cwd, env, timeout)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+_seen: dict[tuple[str, tuple[str, ...]], int] = {}  # how often an environment was asked for, by digest
+
+
+def serving(env: dict[str, str], kind: str) -> str | None:
+    """The socket of a server for ``env`` (forked_exec's hook): the one whose imports fit ``kind``
+    (pytest and hypothesis for a module), else the other. None where none runs, the first time an
+    environment is asked for (one command pays no server's start); the second time one is started."""
+    order = (SUITE_MODULES, SCRIPT_MODULES) if kind == "module" else (SCRIPT_MODULES, SUITE_MODULES)
+    for preload in order:
+        zygote = _zygotes.get(server_key(env, preload))
+        if zygote is not None and zygote.proc.poll() is None:
+            return zygote.socket
+    key = (forked_exec.env_key(env), order[0])
+    _seen[key] = _seen.get(key, 0) + 1
+    if _seen[key] < 2:
+        return None
+    zygote = _zygote(env, order[0])
+    return zygote.socket if zygote is not None else None
+
+
+def route_subprocesses() -> None:
+    """This process's runs of sys.executable go to a running server of their environment (forked_exec.py)."""
+    if enabled():
+        forked_exec.install(serving)
+        os.environ[forked_exec.ENABLED] = "1"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forked_exec
 import forkserver
 
 from cpugpu_conformance import results
@@ -73,17 +74,21 @@ def run_suite(tmp_path: Path, *args: str, profile: str = "ci", timeout: float = 
     if fork:
         proc = forkserver.run_python(cmd[1:], cwd=REPO, env=env, timeout=timeout)
     else:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=REPO, env=forked_exec.fresh(env), capture_output=True, text=True, timeout=timeout)
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     return SuiteRun(proc.returncode, proc.stdout, proc.stderr, result)
 
 
 def run_pytest(args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float,
                fresh: bool = False) -> subprocess.CompletedProcess[str]:
-    """`python -m pytest ARGS` from the fork server; in a process of its own when asked (fresh) and under
-    `-n`, whose xdist controller imports no torch (a forked one would have it already)."""
+    """`python -m pytest ARGS` from the fork server; a fresh interpreter when asked (fresh: a test of
+    what the process imports). Under `-n` the controller is a subprocess of the caller's, forked
+    where a server serves the environment (forked_exec.py), as its workers are."""
     command = ["-m", "pytest", *args]
-    if not fresh and "-n" not in args:
+    if fresh:
+        return subprocess.run([sys.executable, *command], cwd=cwd, env=forked_exec.fresh(env), capture_output=True,
+                              text=True, timeout=timeout)
+    if "-n" not in args:
         return forkserver.run_python(command, cwd=cwd, env=env, timeout=timeout)
     return subprocess.run([sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import forkserver
 import pytest
 
+pytestmark = pytest.mark.fresh_processes  # each test compares the fork server with a fresh `python`
+
 PROBE = """\
 import os, sys, threading
 print(sys.argv)

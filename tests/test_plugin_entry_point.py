@@ -33,6 +33,7 @@ def test_the_plugin_is_an_entry_point_named_as_its_module():
     assert entry.name == PLUGIN
 
 
+@pytest.mark.fresh_processes  # what a fresh process imports
 def test_a_run_that_asks_nothing_of_it_imports_neither_torch_nor_hypothesis(tmp_path):
     (tmp_path / "test_theirs.py").write_text(
         "import sys\n\n\ndef test_theirs():\n"
@@ -94,6 +95,7 @@ def test_an_unknown_hypothesis_profile_is_one_line_and_an_error_result(project, 
     assert status_of(result) == "error"
 
 
+@pytest.mark.fresh_processes  # warnings are errors there: a forked pytest warns it cannot rewrite the hypothesis it was forked with
 def test_the_plugins_own_profiles_are_there_when_a_run_names_one(project, tmp_path):
     ran = pytest_in(project, "-q", "--hypothesis-profile", "cpugpu-ci", "--cpugpu-promise", "2",
                     "--cpugpu-cell-result", str(tmp_path / "r.json"))

@@ -125,6 +125,7 @@ def test_a_hard_link_at_the_lock_path_of_a_suite_run_is_refused_and_its_target_k
     assert not (tmp_path / "cell.json").exists()
 
 
+@pytest.mark.fresh_processes  # the lock names the holder's pid: the process the test holds
 def test_a_held_lock_is_never_removed_as_stale(tmp_path):
     """A lock whose holder lives is busy, whatever its file looks like; its file is left as it is."""
     path = tmp_path / "cell.json"

@@ -57,6 +57,7 @@ def test_impl_failing_at_import_under_xdist_is_one_line(tmp_path):
     assert "node down" not in proc.stdout and "passed" not in proc.stdout
 
 
+@pytest.mark.fresh_processes  # what a fresh controller imports
 def test_xdist_controller_imports_no_torch(tmp_path):
     """The controller of -n N runs no test: it must not import torch or the class before
     starting the workers (that import is what -n 2 would otherwise pay twice, in series)."""
