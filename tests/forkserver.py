@@ -336,7 +336,7 @@ def _kill_group(pid: int) -> None:
 # The servers this process keeps, most recently used last. Each holds torch (half a GB): a test that
 # changes the environment gets a server of its own, and the oldest is closed beyond KEEP.
 KEEP = 6  # the environments the tests use: the suite's, the caller's, outside_env()'s, each for modules and scripts
-_zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | None] = {}
+_zygotes: dict[tuple[str, tuple[str, ...]], Zygote | None] = {}
 
 # Variables that change from one test to the next, which no preloaded module reads at import:
 # pytest names the running test in PYTEST_CURRENT_TEST. Keyed on them, each test would start
@@ -344,9 +344,10 @@ _zygotes: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Zygote | Non
 PER_COMMAND = forked_exec.PER_COMMAND
 
 
-def server_key(env: dict[str, str], preload: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """Which server runs a command under ``env``: one per environment, less PER_COMMAND."""
-    return tuple(sorted((k, v) for k, v in env.items() if k not in PER_COMMAND)), preload
+def server_key(env: dict[str, str], preload: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """Which server runs a command under ``env``: one per environment less PER_COMMAND (the digest
+    the server itself and forked_exec's hook compare), and per set of imports."""
+    return forked_exec.env_key(env), preload
 
 
 def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
@@ -384,7 +385,7 @@ def run_python(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-_seen: dict[tuple[str, tuple[str, ...]], int] = {}  # how often an environment was asked for, by digest
+_seen: dict[tuple[str, tuple[str, ...]], int] = {}  # how often an environment was asked for
 
 
 def serving(env: dict[str, str], kind: str) -> str | None:
@@ -396,7 +397,7 @@ def serving(env: dict[str, str], kind: str) -> str | None:
         zygote = _zygotes.get(server_key(env, preload))
         if zygote is not None and zygote.proc.poll() is None:
             return zygote.socket
-    key = (forked_exec.env_key(env), order[0])
+    key = server_key(env, order[0])
     _seen[key] = _seen.get(key, 0) + 1
     if _seen[key] < 2:
         return None
