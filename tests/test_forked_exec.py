@@ -119,3 +119,12 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def test_a_server_gone_before_the_command_leaves_a_plain_python_running_it(env, tmp_path):
+    """The shim finds no server at its socket (closed between the hook's look and the connection):
+    the command runs in a fresh interpreter, never fails for it."""
+    gone = f"{forked_exec.SOCKET_ARG}{tmp_path / 'no-server.sock'}"
+    ran = subprocess.run([str(forked_exec._shim), gone, "-c", PROBE + "; sys.exit(4)", "z"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert (ran.stdout, ran.returncode) == ("fresh\n['z']\n", 4), ran
