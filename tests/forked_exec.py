@@ -19,9 +19,11 @@ This module is imported by the fork servers too: the standard library only.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -169,9 +171,17 @@ def install(find: Callable[[dict[str, str], str], str | None], folder: Path | No
     """Route this process's runs of sys.executable to the server ``find`` names (None: a plain run);
     the shim is written into ``folder`` (default: a new temporary one)."""
     global _find, _shim
-    _shim = write_shim(folder or Path(tempfile.mkdtemp(prefix="forked-exec-")), sys.executable)
+    if folder is None:  # a folder of this process's own, removed when it exits
+        folder = Path(tempfile.mkdtemp(prefix="forked-exec-"))
+        atexit.register(_remove, folder, os.getpid())
+    _shim = write_shim(folder, sys.executable)
     _find = find
     subprocess.Popen._execute_child = _execute_child  # type: ignore[attr-defined]
+
+
+def _remove(folder: Path, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked child, which inherits the handler
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def install_in_server(socket_path: str, key: str) -> None:

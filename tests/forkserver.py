@@ -23,6 +23,7 @@ as the gc docs advise a fork server; no command of the tests looks at the collec
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -367,6 +368,21 @@ def _zygote(env: dict[str, str], preload: tuple[str, ...]) -> Zygote | None:
     if not zygote.usable:
         zygote.close()
     return _zygotes[key]
+
+
+def close_all() -> None:
+    """End this process's servers and remove their folders (at exit: a server dies with its process,
+    but its folder would stay behind in the temporary directory)."""
+    if os.getpid() != _OWNER:  # a forked child inherited the table: the servers are its parent's
+        return
+    while _zygotes:
+        zygote = _zygotes.pop(next(iter(_zygotes)))
+        if zygote is not None:
+            zygote.close()
+
+
+_OWNER = os.getpid()
+atexit.register(close_all)
 
 
 def enabled() -> bool:

@@ -200,10 +200,15 @@ def test_ctrl_c_in_the_test_kills_the_command_and_the_next_gets_a_fresh_server(t
 def test_a_test_worker_killed_outright_leaves_no_command_running(tmp_path):
     hang, marker = tmp_path / "hang.py", tmp_path / "pid"
     hang.write_text(HANGS)
+    import shutil
+    import tempfile
+
+    # Killed outright, the worker cannot remove its server's folder: it goes in one the test removes.
+    temporary = tempfile.mkdtemp(prefix="fs-")
     worker = subprocess.Popen([sys.executable, "-c", (
         "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import forkserver; "
         "forkserver.run_python([sys.argv[2], sys.argv[3]], cwd=pathlib.Path(sys.argv[4]), timeout=300)"),
-        str(Path(__file__).parent), str(hang), str(marker), str(tmp_path)])
+        str(Path(__file__).parent), str(hang), str(marker), str(tmp_path)], env={**os.environ, "TMPDIR": temporary})
     try:
         import time
 
@@ -215,6 +220,7 @@ def test_a_test_worker_killed_outright_leaves_no_command_running(tmp_path):
     finally:
         worker.kill()
         worker.wait(60)
+        shutil.rmtree(temporary, ignore_errors=True)
     assert _gone(int(marker.read_text())), "the command outlived its test worker"
 
 
@@ -250,3 +256,34 @@ def test_each_test_worker_gives_its_runs_its_share_of_the_cores(monkeypatch):
         assert "OMP_NUM_THREADS" not in os.environ
     finally:
         torch.set_num_threads(before)
+
+
+LEAVES_TWO_FOLDERS = """\
+import os, pathlib, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import forkserver
+forkserver.route_subprocesses()
+script = pathlib.Path(sys.argv[2])
+for _ in range(2):  # the server for scripts, then a `python` the hook sends to it
+    assert forkserver.run_python([str(script)], cwd=script.parent, timeout=120).stdout == "ran\\n"
+assert subprocess.run([sys.executable, str(script)], capture_output=True, text=True).stdout == "ran\\n"
+print(sorted(os.listdir(os.environ["TMPDIR"])))
+"""
+
+
+def test_a_process_that_ran_servers_leaves_no_folder_of_theirs_when_it_exits(tmp_path):
+    """Each server has a folder in the temporary directory (its socket, the stand-in for `python`), as
+    has the hook: a test run left hundreds there before they were removed at exit."""
+    import tempfile
+
+    script = tmp_path / "ran.py"
+    script.write_text("print('ran')\n")
+    # A short path: a socket's must fit in 108 bytes (under tmp_path it may not, and no server starts).
+    with tempfile.TemporaryDirectory(prefix="fs-") as temporary:
+        run = subprocess.run([sys.executable, "-c", LEAVES_TWO_FOLDERS, str(Path(__file__).parent), str(script)],
+                             env={**os.environ, "TMPDIR": temporary}, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        during = eval(run.stdout.strip().splitlines()[-1])
+        assert any(name.startswith("forkserver-") for name in during) and any(
+            name.startswith("forked-exec-") for name in during), during
+        assert os.listdir(temporary) == [], "left behind in the temporary directory"
