@@ -35,8 +35,11 @@ from typing import Any, Callable
 # (a test marked fresh_processes) is never routed, nor are the commands that command starts.
 ENABLED = "CPUGPU_TESTS_FORKED_EXEC"
 # Variables no preloaded module reads at import, which change from one command to the next
-# (pytest sets PYTEST_VERSION for the length of a session; it names the running test).
-PER_COMMAND = frozenset({"PYTEST_CURRENT_TEST", "PYTEST_VERSION", ENABLED})
+# (pytest sets PYTEST_VERSION for the length of a session; it names the running test). GNU
+# readline, which pytest's debugging plugin imports, sets COLUMNS and LINES in the C environment a
+# child inherits, but not in os.environ: the `pytest -n 2` a serial test run starts asked with
+# them and was refused (its workers ran fresh).
+PER_COMMAND = frozenset({"PYTEST_CURRENT_TEST", "PYTEST_VERSION", "COLUMNS", "LINES", ENABLED})
 SOCKET_ARG = "--forked-exec-socket="
 
 
@@ -112,7 +115,14 @@ def forward(signum, frame):
 
 for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
     signal.signal(getattr(signal, name), forward)
-last = json.loads(answers.readline() or '{{"returncode": 70}}')
+try:
+    last = json.loads(answers.readline() or "{{}}")
+except (OSError, ValueError):
+    last = {{}}
+if "returncode" not in last:  # the server (or the command's keeper) died under the command, which went with it
+    sys.stderr.write(f"python-forked: the fork server at {{path}} ended before the command did\n")
+    sys.stderr.flush()
+    os._exit(70)  # EX_SOFTWARE
 code = last["returncode"]
 if code < 0:  # die of the command's signal (SIGKILL and SIGSTOP take no handler to reset)
     if -code not in (signal.SIGKILL, signal.SIGSTOP):

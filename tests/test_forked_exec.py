@@ -81,6 +81,29 @@ def test_the_command_goes_with_its_stand_in_killed_outright(env, tmp_path):
         time.sleep(0.05)
 
 
+def test_a_server_that_dies_under_its_command_is_exit_70_and_a_line_that_says_so(tmp_path):
+    """Not the command's failure: the shim says what ended it, and nothing of the command is left."""
+    environment = dict(suite_env(), CPUGPU_TESTS_A_SERVER_OF_ITS_OWN="1")  # one no other test uses
+    nothing = tmp_path / "nothing.py"
+    nothing.write_text("")
+    forkserver.run_python([str(nothing)], cwd=tmp_path, env=environment, timeout=120)
+    server = forkserver._zygotes[forkserver.server_key(environment, forkserver.SCRIPT_MODULES)]
+    pid_file = tmp_path / "pid"
+    code = f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=environment, stderr=subprocess.PIPE, text=True)
+    _wait_for(pid_file)
+    command = int(pid_file.read_text())
+    assert command != proc.pid
+    server.proc.kill()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 70, (proc.returncode, stderr)
+    assert stderr.startswith("python-forked: the fork server at ") and stderr.endswith(" ended before the command did\n")
+    deadline = time.monotonic() + 30
+    while _alive(command):
+        assert time.monotonic() < deadline, f"the command {command} outlived its server"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("how", ["an interpreter option", "preexec_fn", "a new session", "no server for the environment"])
 def test_what_the_server_cannot_stand_for_runs_fresh(env, how):
     args, kwargs, environment = ["-c", PROBE], {}, env
