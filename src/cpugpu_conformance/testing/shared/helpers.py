@@ -41,14 +41,16 @@ def fill_bytes(t, seed):
 
     The pattern repeats every 251 bytes, so a buffer of millions of bytes costs one tiled copy.
     It is written element-wise, by t.copy_, so t's own checks (an inference tensor) still apply.
+    The pattern is made in NumPy: each torch op costs tens of microseconds to dispatch, and most
+    examples fill a few bytes, many times a test.
     """
     if t.numel() == 0:
         return
     count = t.numel() * t.element_size()
-    period = ((torch.arange(251) * 7 + seed * 31 + 1) % 251 + 1).to(torch.uint8)
+    period = ((np.arange(251) * 7 + seed * 31 + 1) % 251 + 1).astype(np.uint8)
     if t.dtype == torch.bool:
         period = period % 2  # any other byte is not a valid bool
-    pattern = period.repeat(count // 251 + 1)[:count]
+    pattern = torch.from_numpy(np.tile(period, count // 251 + 1)[:count])
     t.copy_(pattern.view(t.dtype).reshape(t.shape).to(t.device))
 
 
