@@ -3,9 +3,13 @@ directory, sys.path, streams and exit status, and a hang is a timeout that leave
 
 from __future__ import annotations
 
+import ast
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import forkserver
@@ -152,8 +156,6 @@ def test_servers_beyond_keep_are_closed(tmp_path):
 
 
 def _gone(pid: int, within: float = 30) -> bool:
-    import time
-
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -171,9 +173,6 @@ HANGS = "import os, pathlib, sys, time\npathlib.Path(sys.argv[1]).write_text(str
 
 
 def test_ctrl_c_in_the_test_kills_the_command_and_the_next_gets_a_fresh_server(tmp_path):
-    import signal
-    import time
-
     hang, marker = tmp_path / "hang.py", tmp_path / "pid"
     hang.write_text(HANGS)
 
@@ -200,27 +199,21 @@ def test_ctrl_c_in_the_test_kills_the_command_and_the_next_gets_a_fresh_server(t
 def test_a_test_worker_killed_outright_leaves_no_command_running(tmp_path):
     hang, marker = tmp_path / "hang.py", tmp_path / "pid"
     hang.write_text(HANGS)
-    import shutil
-    import tempfile
-
     # Killed outright, the worker cannot remove its server's folder: it goes in one the test removes.
-    temporary = tempfile.mkdtemp(prefix="fs-")
-    worker = subprocess.Popen([sys.executable, "-c", (
-        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import forkserver; "
-        "forkserver.run_python([sys.argv[2], sys.argv[3]], cwd=pathlib.Path(sys.argv[4]), timeout=300)"),
-        str(Path(__file__).parent), str(hang), str(marker), str(tmp_path)], env={**os.environ, "TMPDIR": temporary})
-    try:
-        import time
-
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            assert worker.poll() is None, "the worker ended early"
-            time.sleep(0.1)
-        assert marker.exists(), "the command never started"
-    finally:
-        worker.kill()
-        worker.wait(60)
-        shutil.rmtree(temporary, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="fs-", ignore_cleanup_errors=True) as temporary:
+        worker = subprocess.Popen([sys.executable, "-c", (
+            "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import forkserver; "
+            "forkserver.run_python([sys.argv[2], sys.argv[3]], cwd=pathlib.Path(sys.argv[4]), timeout=300)"),
+            str(Path(__file__).parent), str(hang), str(marker), str(tmp_path)], env={**os.environ, "TMPDIR": temporary})
+        try:
+            deadline = time.monotonic() + 120
+            while not marker.exists() and time.monotonic() < deadline:
+                assert worker.poll() is None, "the worker ended early"
+                time.sleep(0.1)
+            assert marker.exists(), "the command never started"
+        finally:
+            worker.kill()
+            worker.wait(60)
     assert _gone(int(marker.read_text())), "the command outlived its test worker"
 
 
@@ -274,8 +267,6 @@ print(sorted(os.listdir(os.environ["TMPDIR"])))
 def test_a_process_that_ran_servers_leaves_no_folder_of_theirs_when_it_exits(tmp_path):
     """Each server has a folder in the temporary directory (its socket, the stand-in for `python`), as
     has the hook: a test run left hundreds there before they were removed at exit."""
-    import tempfile
-
     script = tmp_path / "ran.py"
     script.write_text("print('ran')\n")
     # A short path: a socket's must fit in 108 bytes (under tmp_path it may not, and no server starts).
@@ -283,7 +274,7 @@ def test_a_process_that_ran_servers_leaves_no_folder_of_theirs_when_it_exits(tmp
         run = subprocess.run([sys.executable, "-c", LEAVES_TWO_FOLDERS, str(Path(__file__).parent), str(script)],
                              env={**os.environ, "TMPDIR": temporary}, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
-        during = eval(run.stdout.strip().splitlines()[-1])
+        during = ast.literal_eval(run.stdout.strip().splitlines()[-1])
         assert any(name.startswith("forkserver-") for name in during) and any(
             name.startswith("forked-exec-") for name in during), during
         assert os.listdir(temporary) == [], "left behind in the temporary directory"
