@@ -177,11 +177,14 @@ def test_ctrl_c_in_the_test_kills_the_command_and_the_next_gets_a_fresh_server(t
     hang.write_text(HANGS)
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        # Ctrl-C once the command runs: a fixed delay could land while a slow machine still starts
+        # the server (over 5 s under load), and then no command had started to be killed.
+        if marker.exists():
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 5)
+        signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
         with pytest.raises(KeyboardInterrupt):
             forkserver.run_python([str(hang), str(marker)], cwd=tmp_path, timeout=120)
     finally:
